@@ -1,0 +1,23 @@
+set(KILN_SOURCES
+  src/tensor/dtype.cpp
+  src/tensor/storage.cpp
+  src/tensor/tensor.cpp
+  src/graph/op.cpp
+  src/graph/type.cpp
+  src/graph/variable.cpp
+  src/graph/function_graph.cpp
+  src/graph/shared.cpp
+  src/graph/print.cpp
+  src/ops/elemwise.cpp
+  src/ops/reduce.cpp
+  src/ops/blas.cpp
+  src/ops/shape.cpp
+  src/ops/subtensor.cpp
+  src/ops/join.cpp
+  src/ops/nnet.cpp
+  src/grad/grad.cpp
+  src/compile/verify_grad.cpp
+  src/compile/mode.cpp
+  src/compile/runtime.cpp
+  src/compile/function.cpp
+)

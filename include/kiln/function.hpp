@@ -1,0 +1,94 @@
+#pragma once
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "kiln/graph.hpp"
+
+namespace kiln {
+
+struct InOptions { bool borrow = false; };
+// A function input. With borrow, the caller's buffer may be used without a copy and overwritten.
+struct In {
+  In(const Var& v, InOptions o = {}) : variable(v), borrow(o.borrow) {}  // NOLINT
+  Var variable;
+  bool borrow = false;
+};
+
+struct OutOptions { bool borrow = false; };
+// A function output. With borrow, the returned tensor may be the same buffer on the next call.
+struct Out {
+  Out(const Var& v, OutOptions o = {}) : variable(v), borrow(o.borrow) {}  // NOLINT
+  Var variable;
+  bool borrow = false;
+};
+
+using Updates = std::vector<std::pair<Shared, Var>>;
+using Givens = std::vector<std::pair<Var, Var>>;
+
+// A mode is an ordered list of named rewrite groups run on the function's graph before it is
+// compiled. The catalogue of rewrites is still empty: every mode currently runs the graph as built.
+class Mode {
+ public:
+  static Mode fast_run();
+  static Mode fast_compile();
+  static Mode debug();
+  const std::string& name() const { return name_; }
+  const std::vector<std::string>& groups() const { return groups_; }
+
+ private:
+  Mode(std::string name, std::vector<std::string> groups) : name_(std::move(name)), groups_(std::move(groups)) {}
+  std::string name_;
+  std::vector<std::string> groups_;
+};
+
+struct FunctionOptions {
+  Updates updates;
+  Givens givens;
+  Mode mode = Mode::fast_run();
+  bool keep_buffers = false;
+  bool allow_unused_inputs = false;  // otherwise an input no output depends on is an error
+};
+
+struct MemoryReport {
+  int64_t planned_peak_bytes = 0;  // most bytes of intermediates alive at once in the schedule
+  int64_t naive_bytes = 0;         // one buffer per computed value
+  int64_t lower_bound_bytes = 0;   // the largest total of values live at one time in the schedule
+  int64_t persistent_bytes = 0;    // shared variables
+  std::vector<std::string> unplanned;  // values whose size depends on data (known only at run time)
+};
+
+struct FunctionImpl;
+
+class Function {
+ public:
+  std::vector<Tensor> operator()(const std::vector<Tensor>& inputs) const;
+  template <class... Ts>
+    requires(std::is_convertible_v<Ts, Tensor> && ...)
+  std::vector<Tensor> operator()(const Ts&... inputs) const {
+    return (*this)(std::vector<Tensor>{Tensor(inputs)...});
+  }
+  // Skip the checks and conversions of inputs (the caller promises exact dtypes and shapes).
+  Function& trust_input(bool trust);
+  // n calls of a function without explicit inputs in one C++ loop; returns the last outputs.
+  std::vector<Tensor> run_n(int64_t n) const;
+  MemoryReport memory_report() const;  // for the last call's input shapes
+  MemoryReport memory_report(const std::vector<Shape>& input_shapes) const;
+  std::string graph_text() const;
+  const FunctionImpl& impl() const { return *impl_; }
+
+ private:
+  friend Function function(std::vector<In>, std::vector<Out>, FunctionOptions);
+  std::shared_ptr<FunctionImpl> impl_;
+};
+
+Function function(std::vector<In> inputs, std::vector<Out> outputs, FunctionOptions options = {});
+
+// Printing: a text tree with types and source lines, and Graphviz.
+void debugprint(const Function& f, std::ostream& os);
+std::string to_dot(const Function& f);
+
+}  // namespace kiln

@@ -1,0 +1,34 @@
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "kiln/graph.hpp"
+
+namespace kiln {
+
+enum class DisconnectedInputs { raise, zero };
+struct GradOptions {
+  // A wrt that the cost does not depend on: GradError naming it, or a zero gradient.
+  DisconnectedInputs disconnected_inputs = DisconnectedInputs::raise;
+};
+
+// Reverse mode. cost must be a 0-d float value. Integer values carry no gradient.
+std::vector<Var> grad(const Var& cost, const std::vector<Var>& wrt, GradOptions options = {});
+Var grad(const Var& cost, const Var& wrt, GradOptions options = {});
+// Vector-Jacobian products: sum over i of eval_points[i]^T d f[i] / d wrt.
+std::vector<Var> Lop(const std::vector<Var>& f, const std::vector<Var>& wrt, const std::vector<Var>& eval_points,
+                     GradOptions options = {});
+
+struct VerifyOptions {
+  double eps = 0;       // 0: per dtype (f64 1e-7, f32 3e-4), as Theano
+  double abs_tol = 0;   // 0: per dtype (f64 1e-4, f32 1e-2)
+  double rel_tol = 0;   // 0: per dtype (f64 1e-4, f32 1e-2)
+  uint64_t seed = 42;
+};
+// Checks the symbolic gradient of fn at the point `at` against one-sided finite differences of a
+// random projection of fn's output; raises GradError naming the input and element that differ.
+void verify_grad(const std::function<Var(std::vector<Var>)>& fn, const std::vector<Tensor>& at,
+                 VerifyOptions options = {});
+
+}  // namespace kiln

@@ -1,0 +1,8 @@
+#pragma once
+// kiln: symbolic tensor expressions compiled into fast functions. Everything is in namespace kiln.
+#include "kiln/errors.hpp"
+#include "kiln/function.hpp"
+#include "kiln/grad.hpp"
+#include "kiln/graph.hpp"
+#include "kiln/ops.hpp"
+#include "kiln/tensor.hpp"

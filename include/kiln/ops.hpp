@@ -1,0 +1,93 @@
+#pragma once
+#include <optional>
+#include <vector>
+
+#include "kiln/graph.hpp"
+
+namespace kiln {
+
+// An operand of an operator: a Var or a number, remembering the user's source line.
+struct Operand {
+  Operand(const Var& v, Loc loc = Loc::current()) : var(v), loc(loc) {}  // NOLINT
+  Operand(const Shared& v, Loc loc = Loc::current()) : var(v), loc(loc) {}  // NOLINT
+  Operand(double v, Loc loc = Loc::current()) : var(v), loc(loc) {}  // NOLINT
+  Operand(int v, Loc loc = Loc::current()) : var(v), loc(loc) {}  // NOLINT
+  Operand(int64_t v, Loc loc = Loc::current()) : var(v), loc(loc) {}  // NOLINT
+  Var var;
+  Loc loc;
+};
+
+Var operator+(const Operand& a, const Operand& b);
+Var operator-(const Operand& a, const Operand& b);
+Var operator*(const Operand& a, const Operand& b);
+Var operator/(const Operand& a, const Operand& b);
+Var operator-(const Operand& a);
+Var operator<(const Operand& a, const Operand& b);
+Var operator<=(const Operand& a, const Operand& b);
+Var operator>(const Operand& a, const Operand& b);
+Var operator>=(const Operand& a, const Operand& b);
+Var operator==(const Operand& a, const Operand& b);
+Var operator!=(const Operand& a, const Operand& b);
+
+// Elementwise (NumPy broadcasting and dtype promotion: docs/ops.md).
+Var exp(const Var& x, Loc loc = Loc::current());
+Var log(const Var& x, Loc loc = Loc::current());
+Var log1p(const Var& x, Loc loc = Loc::current());
+Var expm1(const Var& x, Loc loc = Loc::current());
+Var sqrt(const Var& x, Loc loc = Loc::current());
+Var sqr(const Var& x, Loc loc = Loc::current());
+Var tanh(const Var& x, Loc loc = Loc::current());
+Var sigmoid(const Var& x, Loc loc = Loc::current());
+Var softplus(const Var& x, Loc loc = Loc::current());
+Var relu(const Var& x, Loc loc = Loc::current());
+Var abs(const Var& x, Loc loc = Loc::current());
+Var sign(const Var& x, Loc loc = Loc::current());
+Var sin(const Var& x, Loc loc = Loc::current());
+Var cos(const Var& x, Loc loc = Loc::current());
+Var pow(const Var& x, const Var& y, Loc loc = Loc::current());
+Var maximum(const Var& x, const Var& y, Loc loc = Loc::current());
+Var minimum(const Var& x, const Var& y, Loc loc = Loc::current());
+Var where(const Var& cond, const Var& a, const Var& b, Loc loc = Loc::current());
+Var cast(const Var& x, DType dtype, Loc loc = Loc::current());
+
+// Reductions; empty axes: all of them. Negative axes count from the end.
+using Axes = std::vector<int64_t>;
+Var sum(const Var& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
+Var mean(const Var& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
+Var max(const Var& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
+Var min(const Var& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
+Var prod(const Var& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
+Var argmax(const Var& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
+
+// Matrix products: dot has NumPy dot semantics up to 2-D; matmul NumPy matmul semantics.
+Var dot(const Var& a, const Var& b, Loc loc = Loc::current());
+Var matmul(const Var& a, const Var& b, Loc loc = Loc::current());
+
+// Shape and movement (views where possible).
+Var transpose(const Var& x, Loc loc = Loc::current());
+Var dimshuffle(const Var& x, std::vector<int64_t> pattern, Loc loc = Loc::current());
+Var reshape(const Var& x, Shape shape, Loc loc = Loc::current());
+Var reshape(const Var& x, const Var& shape, std::optional<int64_t> ndim = std::nullopt, Loc loc = Loc::current());
+Var flatten(const Var& x, int64_t outdim = 1, Loc loc = Loc::current());
+Var shape_of(const Var& x, Loc loc = Loc::current());  // 1-D i64 vector of x's shape
+Var concatenate(const std::vector<Var>& xs, int64_t axis = 0, Loc loc = Loc::current());
+Var stack(const std::vector<Var>& xs, int64_t axis = 0, Loc loc = Loc::current());
+Var zeros_like(const Var& x, Loc loc = Loc::current());
+Var ones_like(const Var& x, Loc loc = Loc::current());
+
+// Indexing.
+Var slice(const Var& x, int64_t axis, std::optional<int64_t> start = std::nullopt,
+          std::optional<int64_t> stop = std::nullopt, int64_t step = 1, Loc loc = Loc::current());
+Var take(const Var& x, const Var& indices, int64_t axis = 0, Loc loc = Loc::current());
+// sub must come from indexing (x[i], slice, take): a copy of x with that part set / incremented.
+Var set_subtensor(const Var& sub, const Var& value, Loc loc = Loc::current());
+Var inc_subtensor(const Var& sub, const Var& value, Loc loc = Loc::current());
+
+// Neural networks (numerically stable).
+Var softmax(const Var& x, int64_t axis = -1, Loc loc = Loc::current());
+Var log_softmax(const Var& x, int64_t axis = -1, Loc loc = Loc::current());
+// Per row: -log(probs[row, label]) for integer labels, or -sum(targets * log(probs)) for a
+// float target distribution of the same shape as probs.
+Var categorical_crossentropy(const Var& probs, const Var& labels, Loc loc = Loc::current());
+
+}  // namespace kiln

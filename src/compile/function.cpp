@@ -1,0 +1,297 @@
+#include <algorithm>
+#include <cstdlib>
+#include <optional>
+#include <iostream>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "compile/program.hpp"
+#include "graph/op.hpp"
+#include "kiln/function.hpp"
+#include "tensor/convert.hpp"
+
+namespace kiln {
+
+struct FunctionImpl {
+  std::vector<In> inputs;
+  std::vector<Out> outputs;
+  Updates updates;
+  Mode mode = Mode::fast_run();
+  bool keep_buffers = false;
+  std::unique_ptr<FunctionGraph> graph;
+  Program program;
+  std::unique_ptr<Runtime> runtime;
+  bool trust_input = false;
+  mutable std::mutex last_shapes_mutex;
+  mutable std::vector<Shape> last_shapes;
+  mutable bool called = false;
+};
+
+namespace {
+
+std::string input_label(const FunctionImpl& f, size_t i) {
+  return "input " + std::to_string(i) + " ('" + f.inputs[i].variable.get()->label() + "' " +
+         f.inputs[i].variable.type().str() + ")";
+}
+
+int debug_level() {
+  const char* v = std::getenv("KILN_DEBUG");
+  return v ? std::atoi(v) : 0;
+}
+
+void trace_stage(const char* stage, const std::vector<Var>& results) {
+  if (debug_level() < 1) return;
+  std::cerr << "kiln: after " << stage << ":\n";
+  debugprint(results, std::cerr);
+}
+
+void validate(const std::vector<In>& inputs, const std::vector<Out>& outputs, const Updates& updates) {
+  std::unordered_set<const Variable*> seen;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Var& v = inputs[i].variable;
+    const std::string what = "function: input " + std::to_string(i);
+    if (!v.defined()) throw TypeError(what + " is an empty Var");
+    const Variable& var = *v.get();
+    if (var.is_shared())
+      throw TypeError(what + " '" + var.label() + "' is a shared variable; shared variables are implicit inputs, "
+                      "remove it from the input list");
+    if (var.is_constant()) throw TypeError(what + " '" + var.label() + "' is a constant and cannot be an input");
+    if (var.owner)
+      throw TypeError(what + " '" + var.label() + "' is computed by " + var.owner->op->name() + " (built at " +
+                      var.owner->where() + "); inputs must be symbolic inputs such as matrix(); use givens to replace "
+                      "an intermediate value");
+    if (!seen.insert(&var).second) throw TypeError(what + " '" + var.label() + "' is given twice");
+  }
+  for (size_t i = 0; i < outputs.size(); ++i)
+    if (!outputs[i].variable.defined()) throw TypeError("function: output " + std::to_string(i) + " is an empty Var");
+  std::unordered_set<const Variable*> updated;
+  for (const auto& [s, value] : updates) {
+    if (!s.defined() || !s.get()->is_shared()) throw TypeError("function: an update names something that is not a shared variable");
+    const std::string name = "'" + s.get()->label() + "'";
+    if (!updated.insert(s.get()).second)
+      throw TypeError("function: shared variable " + name + " is updated twice; give one update per shared variable");
+    if (!value.defined()) throw TypeError("function: the update of shared variable " + name + " is an empty Var");
+    if (value.dtype() != s.dtype() || value.ndim() != s.ndim())
+      throw TypeError("function: the update of shared variable " + name + " " + s.type().str() + " has type " +
+                      value.type().str() + "; an update must keep the dtype and number of dimensions (use cast)");
+  }
+}
+
+void check_leaves(const FunctionGraph& graph, const std::vector<In>& inputs, bool allow_unused) {
+  std::unordered_set<const Variable*> leaves;
+  for (const Variable* leaf : graph.leaves()) leaves.insert(leaf);
+  std::unordered_set<const Variable*> given;
+  for (const In& in : inputs) given.insert(in.variable.get());
+  for (const Variable* leaf : graph.leaves())
+    if (leaf->is_input() && !given.count(leaf))
+      throw TypeError("function: the outputs depend on '" + leaf->label() + "' " + leaf->type.str() +
+                      ", which is not among the inputs; add it to the input list (or replace it with givens)");
+  if (allow_unused) return;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (!leaves.count(inputs[i].variable.get()))
+      throw TypeError("function: input " + std::to_string(i) + " '" + inputs[i].variable.get()->label() +
+                      "' is not used by any output or update; remove it or set allow_unused_inputs");
+}
+
+Tensor check_input(const FunctionImpl& f, size_t i, const Tensor& value) {
+  const Type& type = f.inputs[i].variable.type();
+  if (!value.defined()) throw TypeError("function: " + input_label(f, i) + " got an empty tensor");
+  if (value.is_disposed()) throw DisposedError("function: " + input_label(f, i) + " got a disposed tensor");
+  if (value.ndim() != type.ndim())
+    throw TypeError("function: " + input_label(f, i) + " expects " + std::to_string(type.ndim()) +
+                    " dimensions, got " + value.str());
+  for (int64_t d = 0; d < type.ndim(); ++d)
+    if (type.broadcastable[d] && value.shape()[d] != 1)
+      throw ShapeError("function: " + input_label(f, i) + " has a broadcastable dimension " + std::to_string(d) +
+                       " that must be 1, got " + value.str());
+  return convert_lossless(value, type.dtype, "function: " + input_label(f, i));
+}
+
+bool overlaps_any(const Tensor& t, const std::vector<Tensor>& others) {
+  for (const Tensor& o : others)
+    if (o.defined() && t.shares_memory(o)) return true;
+  return false;
+}
+
+}  // namespace
+
+Function function(std::vector<In> inputs, std::vector<Out> outputs, FunctionOptions options) {
+  validate(inputs, outputs, options.updates);
+  auto f = std::make_shared<FunctionImpl>();
+  f->inputs = std::move(inputs);
+  f->outputs = std::move(outputs);
+  f->updates = std::move(options.updates);
+  f->mode = options.mode;
+  f->keep_buffers = options.keep_buffers;
+
+  std::vector<Var> input_vars, result_vars;
+  for (const In& in : f->inputs) input_vars.push_back(in.variable);
+  for (const Out& out : f->outputs) result_vars.push_back(out.variable);
+  for (const auto& u : f->updates) result_vars.push_back(u.second);
+
+  f->graph = std::make_unique<FunctionGraph>(input_vars, result_vars, options.givens);
+  trace_stage("clone", f->graph->outputs());
+  check_leaves(*f->graph, f->inputs, options.allow_unused_inputs);
+  f->program = emit_program(*f->graph, f->graph->outputs());
+  f->runtime = make_collecting_runtime();
+
+  Function fn;
+  fn.impl_ = std::move(f);
+  return fn;
+}
+
+std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const {
+  const FunctionImpl& f = *impl_;
+  const Program& p = f.program;
+  if (args.size() != f.inputs.size()) {
+    std::string names;
+    for (size_t i = 0; i < f.inputs.size(); ++i) names += (i ? ", " : "") + f.inputs[i].variable.get()->label();
+    throw TypeError("function: expects " + std::to_string(f.inputs.size()) + " inputs (" + names + "), got " +
+                    std::to_string(args.size()));
+  }
+  std::vector<Tensor> slots(p.n_slots);
+  for (size_t i = 0; i < args.size(); ++i) slots[p.input_slots[i]] = f.trust_input ? args[i] : check_input(f, i, args[i]);
+  for (const auto& [s, container] : p.shared_slots) slots[s] = container->value;
+  for (const auto& [s, value] : p.constant_slots) slots[s] = value;
+  {
+    std::lock_guard lock(f.last_shapes_mutex);
+    f.last_shapes.clear();
+    for (size_t i = 0; i < args.size(); ++i) f.last_shapes.push_back(slots[p.input_slots[i]].shape());
+    f.called = true;
+  }
+  std::vector<Tensor> protected_values(args.begin(), args.end());
+  for (const auto& [s, value] : p.constant_slots) protected_values.push_back(value);
+  std::vector<Tensor> old_shared;
+  for (const auto& [s, container] : p.shared_slots) old_shared.push_back(container->value);
+
+  f.runtime->run(p, slots);
+
+  // Updates: computed from old values above; now assigned, none aliasing another shared buffer,
+  // the caller's memory or a constant.
+  const size_t n_out = f.outputs.size();
+  std::vector<Tensor> new_values;
+  for (size_t k = 0; k < f.updates.size(); ++k) {
+    Tensor t = slots[p.result_slots[n_out + k]];
+    SharedContainer* self = f.updates[k].first.get()->shared.get();
+    bool aliased = overlaps_any(t, protected_values) || overlaps_any(t, new_values);
+    for (size_t i = 0; i < p.shared_slots.size(); ++i)
+      aliased |= p.shared_slots[i].second != self && t.shares_memory(old_shared[i]);
+    new_values.push_back(aliased ? t.clone() : t);
+  }
+  for (size_t k = 0; k < f.updates.size(); ++k) f.updates[k].first.get()->shared->value = new_values[k];
+
+  std::vector<Tensor> results;
+  for (size_t j = 0; j < n_out; ++j) {
+    Tensor t = slots[p.result_slots[j]];
+    if (!f.outputs[j].borrow &&
+        (overlaps_any(t, protected_values) || overlaps_any(t, old_shared) || overlaps_any(t, new_values) ||
+         overlaps_any(t, results)))
+      t = t.clone();
+    results.push_back(t);
+  }
+  return results;
+}
+
+Function& Function::trust_input(bool trust) {
+  impl_->trust_input = trust;
+  return *this;
+}
+
+std::vector<Tensor> Function::run_n(int64_t n) const {
+  if (!impl_->inputs.empty())
+    throw TypeError("run_n: the function has " + std::to_string(impl_->inputs.size()) +
+                    " explicit inputs; run_n is for functions whose inputs are all shared variables or givens");
+  if (n < 1) throw TypeError("run_n: n must be at least 1, got " + std::to_string(n));
+  std::vector<Tensor> last;
+  for (int64_t i = 0; i < n; ++i) last = (*this)(std::vector<Tensor>{});
+  return last;
+}
+
+MemoryReport Function::memory_report() const {
+  std::vector<Shape> shapes;
+  {
+    std::lock_guard lock(impl_->last_shapes_mutex);
+    if (!impl_->called)
+      throw Error("memory_report: the function has not been called yet; pass the input shapes: memory_report({{...}})");
+    shapes = impl_->last_shapes;
+  }
+  return memory_report(shapes);
+}
+
+MemoryReport Function::memory_report(const std::vector<Shape>& input_shapes) const {
+  const FunctionImpl& f = *impl_;
+  const Program& p = f.program;
+  if (input_shapes.size() != f.inputs.size())
+    throw TypeError("memory_report: expects " + std::to_string(f.inputs.size()) + " input shapes, got " +
+                    std::to_string(input_shapes.size()));
+  MemoryReport r;
+  std::vector<std::optional<Shape>> shape(p.n_slots);
+  std::vector<const Tensor*> value(p.n_slots, nullptr);
+  for (size_t i = 0; i < input_shapes.size(); ++i) shape[p.input_slots[i]] = input_shapes[i];
+  for (const auto& [s, c] : p.shared_slots) {
+    shape[s] = c->value.shape();
+    r.persistent_bytes += static_cast<int64_t>(c->value.nbytes());
+  }
+  for (const auto& [s, v] : p.constant_slots) {
+    shape[s] = v.shape();
+    value[s] = &v;
+  }
+  // Each slot names a buffer; views name their input's buffer, which stays alive while they do.
+  std::vector<int> buffer_of(p.n_slots, -1);
+  std::vector<int64_t> buffer_bytes;
+  std::vector<int> buffer_refs;
+  int64_t live = 0;
+  for (const Instruction& ins : p.code) {
+    const Op& op = *ins.node->op;
+    std::vector<Shape> in_shapes;
+    std::vector<const Tensor*> in_values;
+    bool known = true;
+    for (int s : ins.inputs) {
+      known &= shape[s].has_value();
+      if (known) in_shapes.push_back(*shape[s]);
+      in_values.push_back(value[s]);
+    }
+    for (int need : op.needs_input_values()) known &= need < static_cast<int>(in_values.size()) ? in_values[need] != nullptr : true;
+    if (!known) {
+      r.unplanned.push_back(op.name() + " at " + ins.node->where());
+      continue;
+    }
+    std::vector<Shape> outs = op.infer_shapes(in_shapes, in_values);
+    auto views = op.view_map();
+    for (size_t o = 0; o < ins.outputs.size(); ++o) {
+      const int s = ins.outputs[o];
+      shape[s] = outs[o];
+      auto vm = std::find_if(views.begin(), views.end(), [&](auto& v) { return v.first == static_cast<int>(o); });
+      if (vm != views.end() && buffer_of[ins.inputs[vm->second]] >= 0) {
+        buffer_of[s] = buffer_of[ins.inputs[vm->second]];
+        ++buffer_refs[buffer_of[s]];
+        continue;
+      }
+      if (vm != views.end()) continue;  // a view of an input, shared variable or constant: no new bytes
+      const int64_t bytes = shape_numel(outs[o]) * static_cast<int64_t>(dtype_size(ins.node->outputs[o]->type.dtype));
+      buffer_of[s] = static_cast<int>(buffer_bytes.size());
+      buffer_bytes.push_back(bytes);
+      buffer_refs.push_back(1);
+      r.naive_bytes += bytes;
+      live += bytes;
+    }
+    r.planned_peak_bytes = std::max(r.planned_peak_bytes, live);
+    for (int s : ins.release_after)
+      if (buffer_of[s] >= 0 && --buffer_refs[buffer_of[s]] == 0) live -= buffer_bytes[buffer_of[s]];
+  }
+  r.lower_bound_bytes = r.planned_peak_bytes;
+  return r;
+}
+
+std::string Function::graph_text() const {
+  std::ostringstream s;
+  debugprint(*this, s);
+  return s.str();
+}
+
+void debugprint(const Function& f, std::ostream& os) { debugprint(f.impl().graph->outputs(), os); }
+std::string to_dot(const Function& f) { return to_dot(f.impl().graph->outputs()); }
+
+}  // namespace kiln

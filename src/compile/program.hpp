@@ -1,0 +1,41 @@
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "graph/function_graph.hpp"
+
+namespace kiln {
+
+// One step of a compiled function: a node's kernel over numbered value slots.
+struct Instruction {
+  const Node* node;
+  std::vector<int> inputs;
+  std::vector<int> outputs;
+  std::vector<int> release_after;  // slots whose last reader is this instruction
+};
+
+// A flat list of instructions and where each kind of value lives.
+struct Program {
+  int n_slots = 0;
+  std::vector<Instruction> code;
+  std::vector<int> input_slots;                                // per function input
+  std::vector<std::pair<int, SharedContainer*>> shared_slots;  // read at the start of a call
+  std::vector<std::pair<int, Tensor>> constant_slots;
+  std::vector<int> result_slots;  // function outputs, then update values
+  std::vector<const Variable*> slot_vars;
+};
+
+// Numbers the graph's values, orders its nodes and marks each value's last reader.
+Program emit_program(const FunctionGraph& graph, const std::vector<Var>& results);
+
+// The part of a call that runs the instructions; the first one runs them in order and releases
+// each intermediate after its last reader.
+class Runtime {
+ public:
+  virtual ~Runtime() = default;
+  virtual void run(const Program& program, std::vector<Tensor>& slots) const = 0;
+};
+
+std::unique_ptr<Runtime> make_collecting_runtime();
+
+}  // namespace kiln

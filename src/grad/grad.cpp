@@ -1,0 +1,119 @@
+#include <unordered_map>
+#include <unordered_set>
+
+#include "graph/function_graph.hpp"
+#include "graph/op.hpp"
+#include "kiln/grad.hpp"
+#include "kiln/ops.hpp"
+
+namespace kiln {
+
+namespace {
+
+// Reverse accumulation from seeded roots; returns the gradient of each wrt (undefined if none).
+std::vector<Var> backprop(const std::vector<std::pair<Var, Var>>& seeds, const std::vector<Var>& wrt) {
+  std::vector<Var> roots;
+  for (const auto& s : seeds) roots.push_back(s.first);
+  std::vector<Node*> order = topological_order(roots);
+
+  // Only nodes between a wrt and a root need their L_op.
+  std::unordered_set<const Variable*> depends;
+  for (const Var& w : wrt) depends.insert(w.get());
+  for (Node* n : order) {
+    bool any = false;
+    for (const Var& in : n->inputs) any |= depends.count(in.get()) > 0;
+    if (any)
+      for (auto& out : n->outputs) depends.insert(out.get());
+  }
+
+  std::unordered_map<const Variable*, Var> grads;
+  auto accumulate = [&](const Var& v, const Var& g) {
+    auto it = grads.find(v.get());
+    if (it == grads.end()) grads.emplace(v.get(), g);
+    else it->second = it->second + g;
+  };
+  for (const auto& [root, seed] : seeds)
+    if (depends.count(root.get())) accumulate(root, seed);
+
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    Node* n = *it;
+    std::vector<Var> gouts;
+    bool any_grad = false;
+    for (auto& out : n->outputs) {
+      auto g = grads.find(out.get());
+      gouts.push_back(g == grads.end() ? Var() : g->second);
+      any_grad |= g != grads.end();
+    }
+    bool any_input_depends = false;
+    for (const Var& in : n->inputs) any_input_depends |= depends.count(in.get()) > 0;
+    if (!any_grad || !any_input_depends) continue;
+    std::vector<Var> gins = n->op->L_op(*n, gouts);
+    for (size_t i = 0; i < n->inputs.size(); ++i) {
+      const Var& in = n->inputs[i];
+      if (i < gins.size() && gins[i].defined() && depends.count(in.get()) && is_float(in.dtype())) {
+        if (gins[i].ndim() != in.ndim())
+          throw GradError(n->op->name() + ": L_op returned a gradient " + gins[i].type().str() + " for input " +
+                          in.type().str() + " (node built at " + n->where() + ")");
+        accumulate(in, gins[i]);
+      }
+    }
+  }
+  std::vector<Var> out;
+  for (const Var& w : wrt) {
+    auto g = grads.find(w.get());
+    out.push_back(g == grads.end() ? Var() : g->second);
+  }
+  return out;
+}
+
+std::vector<Var> finish(std::vector<Var> grads, const std::vector<Var>& wrt, const GradOptions& options, const char* who) {
+  for (size_t i = 0; i < wrt.size(); ++i) {
+    if (grads[i].defined()) {
+      if (grads[i].dtype() != wrt[i].dtype()) grads[i] = cast(grads[i], wrt[i].dtype());
+      continue;
+    }
+    if (options.disconnected_inputs == DisconnectedInputs::zero) {
+      grads[i] = zeros_like(wrt[i]);
+      continue;
+    }
+    const std::string name = wrt[i].get()->label();
+    if (!is_float(wrt[i].dtype()))
+      throw GradError(std::string(who) + ": wrt[" + std::to_string(i) + "] '" + name + "' is " + wrt[i].type().str() +
+                      "; integer and boolean values have no gradient");
+    throw GradError(std::string(who) + ": the cost does not depend on wrt[" + std::to_string(i) + "] '" + name + "' " +
+                    wrt[i].type().str() + " (it is disconnected); pass GradOptions{.disconnected_inputs = "
+                    "DisconnectedInputs::zero} to get a zero gradient instead");
+  }
+  return grads;
+}
+
+}  // namespace
+
+std::vector<Var> grad(const Var& cost, const std::vector<Var>& wrt, GradOptions options) {
+  if (!cost.defined()) throw GradError("grad: the cost is an empty Var");
+  if (cost.ndim() != 0)
+    throw GradError("grad: the cost must be a scalar (0-d), got " + cost.type().str() + "; sum() or mean() it first");
+  if (!is_float(cost.dtype())) throw GradError("grad: the cost must be a float value, got " + cost.type().str());
+  for (size_t i = 0; i < wrt.size(); ++i)
+    if (!wrt[i].defined()) throw GradError("grad: wrt[" + std::to_string(i) + "] is an empty Var");
+  return finish(backprop({{cost, ones_like(cost)}}, wrt), wrt, options, "grad");
+}
+
+Var grad(const Var& cost, const Var& wrt, GradOptions options) { return grad(cost, std::vector<Var>{wrt}, options)[0]; }
+
+std::vector<Var> Lop(const std::vector<Var>& f, const std::vector<Var>& wrt, const std::vector<Var>& eval_points,
+                     GradOptions options) {
+  if (f.size() != eval_points.size())
+    throw GradError("Lop: " + std::to_string(f.size()) + " outputs but " + std::to_string(eval_points.size()) +
+                    " eval points; give one per output");
+  std::vector<std::pair<Var, Var>> seeds;
+  for (size_t i = 0; i < f.size(); ++i) {
+    if (f[i].ndim() != eval_points[i].ndim())
+      throw GradError("Lop: eval point " + std::to_string(i) + " " + eval_points[i].type().str() +
+                      " does not match output " + f[i].type().str());
+    seeds.push_back({f[i], cast(eval_points[i], f[i].dtype())});
+  }
+  return finish(backprop(seeds, wrt), wrt, options, "Lop");
+}
+
+}  // namespace kiln

@@ -1,0 +1,106 @@
+#include "graph/function_graph.hpp"
+
+#include <unordered_set>
+
+namespace kiln {
+
+std::vector<Node*> topological_order(const std::vector<Var>& outputs) {
+  std::vector<Node*> order;
+  std::unordered_set<Node*> done;
+  std::vector<std::pair<Node*, size_t>> stack;
+  for (const Var& out : outputs) {
+    Node* root = out.get()->owner;
+    if (!root || done.count(root)) continue;
+    stack.push_back({root, 0});
+    done.insert(root);
+    while (!stack.empty()) {
+      auto& [node, next] = stack.back();
+      if (next < node->inputs.size()) {
+        Node* dep = node->inputs[next++].get()->owner;
+        if (dep && !done.count(dep)) {
+          done.insert(dep);
+          stack.push_back({dep, 0});
+        }
+      } else {
+        order.push_back(node);
+        stack.pop_back();
+      }
+    }
+  }
+  return order;
+}
+
+FunctionGraph::FunctionGraph(std::vector<Var> inputs, const std::vector<Var>& outputs,
+                             const std::vector<std::pair<Var, Var>>& givens)
+    : inputs_(std::move(inputs)) {
+  std::unordered_map<const Variable*, Var> map;
+  for (const auto& [var, replacement] : givens) map[var.get()] = replacement;
+  // A replacement is itself a graph whose clone stands in for the replaced variable: follow the
+  // chain replaced -> replacement -> its clone.
+  auto lookup = [&](const Var& v) -> Var {
+    Var m = v;
+    for (size_t hops = 0; hops <= givens.size() + 1; ++hops) {
+      auto it = map.find(m.get());
+      if (it == map.end() || it->second.same(m)) return m;
+      m = it->second;
+    }
+    throw TypeError("function: the givens form a cycle (a variable is replaced by a graph that depends on itself)");
+  };
+  // Replacements first, so that their clones exist before any node that reads a replaced variable.
+  std::vector<Var> roots;
+  for (const auto& g : givens) roots.push_back(g.second);
+  roots.insert(roots.end(), outputs.begin(), outputs.end());
+  for (Node* node : topological_order(roots)) {
+    auto clone = std::make_shared<Node>();
+    clone->op = node->op;
+    for (const Var& in : node->inputs) clone->inputs.push_back(lookup(in));
+    clone->loc = node->loc;
+    for (const auto& out : node->outputs) {
+      auto v = std::make_unique<Variable>(*out);
+      v->owner = clone.get();
+      clone->outputs.push_back(std::move(v));
+    }
+    for (size_t i = 0; i < node->outputs.size(); ++i) {
+      const Variable* original = node->outputs[i].get();
+      if (!map.count(original)) map[original] = clone->output(i);
+    }
+  }
+  for (const Var& out : outputs) outputs_.push_back(lookup(out));
+}
+
+std::vector<Node*> FunctionGraph::toposort() const { return topological_order(outputs_); }
+
+std::vector<Variable*> FunctionGraph::leaves() const {
+  std::vector<Variable*> out;
+  std::unordered_set<Variable*> seen;
+  auto visit = [&](const Var& v) {
+    if (!v.get()->owner && seen.insert(v.get()).second) out.push_back(v.get());
+  };
+  for (Node* n : toposort())
+    for (const Var& in : n->inputs) visit(in);
+  for (const Var& o : outputs_) visit(o);
+  return out;
+}
+
+std::vector<std::pair<Node*, int>> FunctionGraph::clients(const Variable* v) const {
+  std::vector<std::pair<Node*, int>> out;
+  for (Node* n : toposort())
+    for (size_t i = 0; i < n->inputs.size(); ++i)
+      if (n->inputs[i].get() == v) out.push_back({n, static_cast<int>(i)});
+  for (const Var& o : outputs_)
+    if (o.get() == v) out.push_back({nullptr, -1});
+  return out;
+}
+
+void FunctionGraph::replace(const Var& old_var, const Var& new_var) {
+  if (old_var.type() != new_var.type())
+    throw TypeError("FunctionGraph::replace: " + old_var.type().str() + " cannot be replaced by " +
+                    new_var.type().str());
+  for (Node* n : toposort())
+    for (Var& in : n->inputs)
+      if (in.same(old_var)) in = new_var;
+  for (Var& o : outputs_)
+    if (o.same(old_var)) o = new_var;
+}
+
+}  // namespace kiln

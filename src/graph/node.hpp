@@ -1,0 +1,64 @@
+#pragma once
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <source_location>
+#include <string>
+#include <vector>
+
+#include "kiln/graph.hpp"
+
+namespace kiln {
+
+class Op;
+
+// The value of a shared variable, kiln's memory space. Never aliased to another shared variable.
+struct SharedContainer {
+  Tensor value;
+};
+
+// True when value overlaps the buffer of a shared variable other than self.
+bool aliases_another_shared(const SharedContainer* self, const Tensor& value);
+
+class Variable {
+ public:
+  Type type;
+  std::string name;
+  Node* owner = nullptr;  // the node that computes it; null for inputs, constants, shared variables
+  int index = 0;          // which output of owner
+  std::optional<Tensor> constant;
+  bool weak = false;  // a bare number: adopts the dtype of what it is combined with (NumPy rule)
+  std::shared_ptr<SharedContainer> shared;
+  uint64_t id = next_id();
+
+  bool is_constant() const { return constant.has_value(); }
+  bool is_shared() const { return shared != nullptr; }
+  bool is_input() const { return !owner && !constant && !shared; }
+  std::string label() const;  // name, or a generated one
+
+ private:
+  static uint64_t next_id() {
+    static std::atomic<uint64_t> counter{0};
+    return ++counter;
+  }
+};
+
+class Node : public std::enable_shared_from_this<Node> {
+ public:
+  std::shared_ptr<const Op> op;
+  std::vector<Var> inputs;
+  std::vector<std::unique_ptr<Variable>> outputs;
+  std::source_location loc;
+
+  Var output(size_t i);  // a Var that keeps this node alive
+  std::string where() const;  // "file:line"
+};
+
+// Builds a node applying op to inputs, inferring the output types; type errors name op and line.
+std::vector<Var> apply(std::shared_ptr<const Op> op, std::vector<Var> inputs, const std::source_location& loc);
+Var apply1(std::shared_ptr<const Op> op, std::vector<Var> inputs, const std::source_location& loc);
+
+std::string types_str(const std::vector<Var>& vars);
+std::string loc_str(const std::source_location& loc);
+
+}  // namespace kiln

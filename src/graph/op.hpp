@@ -1,0 +1,43 @@
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "graph/node.hpp"
+#include "kiln/errors.hpp"
+
+namespace kiln {
+
+// Every op, no exceptions (ARCHITECTURE.md): types, shapes, kernel, L_op, views, equality.
+class Op {
+ public:
+  virtual ~Op() = default;
+  virtual std::string name() const = 0;
+
+  // Output types from input types; refuses bad input with TypeError naming the op and the types.
+  virtual std::vector<Type> infer_types(const std::vector<Type>& inputs) const = 0;
+
+  // Output shapes from input shapes. values[i] is the input's value when known (null otherwise);
+  // only ops listed by needs_input_values() read them.
+  virtual std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs,
+                                          const std::vector<const Tensor*>& values) const = 0;
+  virtual std::vector<int> needs_input_values() const { return {}; }
+
+  // The kernel. Outputs come allocated with the inferred shapes, except those the op declares as
+  // views (view_map), which perform sets itself.
+  virtual void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const = 0;
+
+  // Vector-Jacobian product: symbolic gradients of the inputs given the outputs' gradients
+  // (undefined Var for an output without gradient). An undefined result means "no gradient".
+  virtual std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const;
+
+  // {output, input}: that output is a view of that input (perform sets it).
+  virtual std::vector<std::pair<int, int>> view_map() const { return {}; }
+  // {output, input}: that output may be written into that input's buffer; the planner decides.
+  virtual std::vector<std::pair<int, int>> inplace_options() const { return {}; }
+
+  virtual bool equals(const Op& other) const { return typeid(*this) == typeid(other) && name() == other.name(); }
+  virtual size_t hash() const { return std::hash<std::string>()(name()); }
+};
+
+}  // namespace kiln

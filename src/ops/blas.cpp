@@ -1,0 +1,244 @@
+#include "ops/blas.hpp"
+
+#include <dnnl.h>
+
+#include <Eigen/Core>
+
+#include "kiln/ops.hpp"
+#include "ops/elemwise.hpp"
+#include "ops/reduce.hpp"
+
+namespace kiln {
+
+namespace {
+
+// A 2-D operand as BLAS sees it: a base pointer, a leading dimension and whether it is stored
+// transposed. Views whose strides fit neither layout are copied first.
+struct Operand2D {
+  Tensor storage;
+  bool transposed;
+  int64_t ld;
+};
+
+Operand2D as_blas_operand(const Tensor& t) {
+  const int64_t rows = t.shape()[0], cols = t.shape()[1];
+  const int64_t s0 = t.strides()[0], s1 = t.strides()[1];
+  if ((s1 == 1 || cols == 1) && s0 >= std::max<int64_t>(cols, 1)) return {t, false, std::max<int64_t>(s0, 1)};
+  if ((s0 == 1 || rows == 1) && s1 >= std::max<int64_t>(rows, 1)) return {t, true, std::max<int64_t>(s1, 1)};
+  Tensor c = t.clone();
+  return {c, false, std::max<int64_t>(cols, 1)};
+}
+
+template <class T>
+using RowMajorMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, 0,
+                               Eigen::OuterStride<>>;
+template <class T>
+using ColMajorMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>, 0,
+                               Eigen::OuterStride<>>;
+template <class T>
+using OutMap = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, 0, Eigen::OuterStride<>>;
+
+template <class T>
+void eigen_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
+                int64_t ldb, T beta, T* c, int64_t ldc) {
+  OutMap<T> C(c, m, n, Eigen::OuterStride<>(ldc));
+  auto run = [&](const auto& A, const auto& B) {
+    if (beta == T(0)) C.noalias() = alpha * (A * B);
+    else C = beta * C + alpha * (A * B);
+  };
+  // op(A) is m x k: stored row-major (m x k, ld lda) or, when transposed, as k x m row-major,
+  // which is the same memory as an m x k column-major matrix.
+  if (!ta && !tb) run(RowMajorMap<T>(a, m, k, Eigen::OuterStride<>(lda)), RowMajorMap<T>(b, k, n, Eigen::OuterStride<>(ldb)));
+  else if (ta && !tb) run(ColMajorMap<T>(a, m, k, Eigen::OuterStride<>(lda)), RowMajorMap<T>(b, k, n, Eigen::OuterStride<>(ldb)));
+  else if (!ta && tb) run(RowMajorMap<T>(a, m, k, Eigen::OuterStride<>(lda)), ColMajorMap<T>(b, k, n, Eigen::OuterStride<>(ldb)));
+  else run(ColMajorMap<T>(a, m, k, Eigen::OuterStride<>(lda)), ColMajorMap<T>(b, k, n, Eigen::OuterStride<>(ldb)));
+}
+
+// oneDNN's JIT gemm wins once there are enough rows to fill its AVX-512 tiles; Eigen's
+// matrix-vector kernels win for single rows/columns (MACHINE-FACTS.md, bench/gemm).
+bool use_onednn(int64_t m, int64_t n, int64_t k) { return m >= 8 && n >= 8 && k >= 8; }
+
+}  // namespace
+
+void gemm(bool ta_in, bool tb_in, int64_t m, int64_t n, int64_t k, double alpha, const Tensor& a_in, const Tensor& b_in,
+          double beta, Tensor& c) {
+  Operand2D a = as_blas_operand(a_in), b = as_blas_operand(b_in);
+  const bool ta = ta_in != a.transposed, tb = tb_in != b.transposed;
+  if (c.strides()[1] != 1 && n > 1) throw Error("gemm: the output must be row-major");
+  const int64_t ldc = std::max<int64_t>(c.strides()[0], std::max<int64_t>(n, 1));
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    if (beta == 0.0) c.copy_from(Tensor::zeros(c.shape(), c.dtype()));
+    return;
+  }
+  if (c.dtype() == DType::f32) {
+    const float* pa = a.storage.data<float>();
+    const float* pb = b.storage.data<float>();
+    float* pc = c.data<float>();
+    if (use_onednn(m, n, k)) {
+      dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, static_cast<float>(alpha), pa, a.ld, pb,
+                                    b.ld, static_cast<float>(beta), pc, ldc);
+      if (st != dnnl_success) throw Error("gemm: oneDNN sgemm failed with status " + std::to_string(st));
+      return;
+    }
+    eigen_gemm<float>(ta, tb, m, n, k, static_cast<float>(alpha), pa, a.ld, pb, b.ld, static_cast<float>(beta), pc, ldc);
+    return;
+  }
+  if (c.dtype() == DType::f64) {
+    eigen_gemm<double>(ta, tb, m, n, k, alpha, a.storage.data<double>(), a.ld, b.storage.data<double>(), b.ld, beta,
+                       c.data<double>(), ldc);
+    return;
+  }
+  throw TypeError(std::string("gemm: needs f32 or f64, got ") + dtype_name(c.dtype()));
+}
+
+std::vector<Type> Dot::infer_types(const std::vector<Type>& in) const {
+  const Type &a = in[0], &b = in[1];
+  if (a.dtype != b.dtype || !is_float(a.dtype))
+    throw TypeError("dot: needs two float inputs of one dtype, got " + a.str() + " and " + b.str());
+  if (a.ndim() < 1 || a.ndim() > 2 || b.ndim() < 1 || b.ndim() > 2)
+    throw TypeError("dot: takes 1-D or 2-D inputs, got " + a.str() + " and " + b.str() + "; use matmul for batches");
+  std::vector<bool> bc;
+  if (a.ndim() == 2) bc.push_back(a.broadcastable[0]);
+  if (b.ndim() == 2) bc.push_back(b.broadcastable[1]);
+  return {Type{a.dtype, bc}};
+}
+
+std::vector<Shape> Dot::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
+  const Shape &a = in[0], &b = in[1];
+  const int64_t ka = a.back(), kb = b.size() == 2 ? b[0] : b[0];
+  if (ka != kb)
+    throw ShapeError("dot: shapes " + shape_str(a) + " and " + shape_str(b) + " are not aligned: " + std::to_string(ka) +
+                     " (dim " + std::to_string(a.size() - 1) + ") != " + std::to_string(kb) + " (dim 0)");
+  Shape out;
+  if (a.size() == 2) out.push_back(a[0]);
+  if (b.size() == 2) out.push_back(b[1]);
+  return {out};
+}
+
+void Dot::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
+  const Tensor& a = in[0];
+  const Tensor& b = in[1];
+  Tensor a2 = a.ndim() == 2 ? a : a.view({1, a.shape()[0]}, {0, a.strides()[0]}, a.offset());
+  Tensor b2 = b.ndim() == 2 ? b : b.view({b.shape()[0], 1}, {b.strides()[0], 0}, b.offset());
+  const int64_t m = a2.shape()[0], k = a2.shape()[1], n = b2.shape()[1];
+  Tensor c2 = out[0].view({m, n}, {n, 1}, out[0].offset());
+  gemm(false, false, m, n, k, 1.0, a2, b2, 0.0, c2);
+}
+
+std::vector<Var> Dot::L_op(const Node& node, const std::vector<Var>& gouts) const {
+  const Loc loc = node.loc;
+  const Var &a = node.inputs[0], &b = node.inputs[1];
+  const Var& g = gouts[0];
+  auto col = [&](const Var& v) { return dimshuffle(v, {0, -1}, loc); };
+  auto row = [&](const Var& v) { return dimshuffle(v, {-1, 0}, loc); };
+  if (a.ndim() == 2 && b.ndim() == 2) return {dot(g, transpose(b, loc), loc), dot(transpose(a, loc), g, loc)};
+  if (a.ndim() == 2) return {dot(col(g), row(b), loc), dot(transpose(a, loc), g, loc)};   // matrix . vector
+  if (b.ndim() == 2) return {dot(b, g, loc), dot(col(a), row(g), loc)};                   // vector . matrix
+  return {g * b, g * a};                                                                  // vector . vector
+}
+
+std::vector<Type> BatchedMatmul::infer_types(const std::vector<Type>& in) const {
+  const Type &a = in[0], &b = in[1];
+  if (a.dtype != b.dtype || !is_float(a.dtype) || a.ndim() != b.ndim() || a.ndim() < 3)
+    throw TypeError("matmul: needs float inputs of one dtype and equal ndim >= 3 here, got " + a.str() + " and " + b.str());
+  std::vector<bool> bc;
+  for (int64_t d = 0; d + 2 < a.ndim(); ++d) bc.push_back(a.broadcastable[d] && b.broadcastable[d]);
+  bc.push_back(a.broadcastable[a.ndim() - 2]);
+  bc.push_back(b.broadcastable[b.ndim() - 1]);
+  return {Type{a.dtype, bc}};
+}
+
+std::vector<Shape> BatchedMatmul::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
+  const Shape &a = in[0], &b = in[1];
+  const size_t nd = a.size();
+  if (a[nd - 1] != b[nd - 2])
+    throw ShapeError("matmul: shapes " + shape_str(a) + " and " + shape_str(b) + " are not aligned: " +
+                     std::to_string(a[nd - 1]) + " != " + std::to_string(b[nd - 2]));
+  Shape out;
+  for (size_t d = 0; d + 2 < nd; ++d) {
+    if (a[d] != b[d] && a[d] != 1 && b[d] != 1)
+      throw ShapeError("matmul: batch dimensions of " + shape_str(a) + " and " + shape_str(b) + " cannot be broadcast");
+    out.push_back(std::max(a[d], b[d]));
+  }
+  out.push_back(a[nd - 2]);
+  out.push_back(b[nd - 1]);
+  return {out};
+}
+
+void BatchedMatmul::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
+  const Tensor &a = in[0], &b = in[1];
+  Tensor& c = out[0];
+  const int64_t nd = c.ndim();
+  const int64_t m = c.shape()[nd - 2], n = c.shape()[nd - 1], k = a.shape()[nd - 1];
+  const int64_t batches = c.numel() / std::max<int64_t>(m * n, 1);
+  for (int64_t i = 0; i < batches; ++i) {
+    int64_t rest = i, oa = a.offset(), ob = b.offset(), oc = c.offset();
+    for (int64_t d = nd - 3; d >= 0; --d) {
+      int64_t idx = rest % c.shape()[d];
+      rest /= c.shape()[d];
+      oa += (a.shape()[d] == 1 ? 0 : idx) * a.strides()[d];
+      ob += (b.shape()[d] == 1 ? 0 : idx) * b.strides()[d];
+      oc += idx * c.strides()[d];
+    }
+    Tensor a2 = a.view({m, k}, {a.strides()[nd - 2], a.strides()[nd - 1]}, oa);
+    Tensor b2 = b.view({k, n}, {b.strides()[nd - 2], b.strides()[nd - 1]}, ob);
+    Tensor c2 = c.view({m, n}, {c.strides()[nd - 2], c.strides()[nd - 1]}, oc);
+    gemm(false, false, m, n, k, 1.0, a2, b2, 0.0, c2);
+  }
+}
+
+namespace {
+Var swap_last(const Var& v, const Loc& loc) {
+  std::vector<int64_t> p;
+  for (int64_t d = 0; d < v.ndim(); ++d) p.push_back(d);
+  std::swap(p[p.size() - 1], p[p.size() - 2]);
+  return dimshuffle(v, p, loc);
+}
+}  // namespace
+
+std::vector<Var> BatchedMatmul::L_op(const Node& node, const std::vector<Var>& gouts) const {
+  const Loc loc = node.loc;
+  const Var &a = node.inputs[0], &b = node.inputs[1];
+  const Var& g = gouts[0];
+  return {sum_to_shape_of(matmul(g, swap_last(b, loc), loc), a, loc),
+          sum_to_shape_of(matmul(swap_last(a, loc), g, loc), b, loc)};
+}
+
+namespace {
+Var pad_front(const Var& v, int64_t ndim, const Loc& loc) {
+  if (v.ndim() == ndim) return v;
+  std::vector<int64_t> pattern(ndim - v.ndim(), -1);
+  for (int64_t i = 0; i < v.ndim(); ++i) pattern.push_back(i);
+  return dimshuffle(v, pattern, loc);
+}
+
+Var float_operand(const Var& v, DType dtype, const Loc& loc) { return cast(v, dtype, loc); }
+}  // namespace
+
+Var dot(const Var& a, const Var& b, Loc loc) {
+  if (a.ndim() == 0 || b.ndim() == 0) return elemwise(ScalarOp::mul, {a, b}, loc);
+  DType dtype = result_dtype({a, b});
+  if (!is_float(dtype)) dtype = DType::f64;
+  return apply1(std::make_shared<Dot>(), {float_operand(a, dtype, loc), float_operand(b, dtype, loc)}, loc);
+}
+
+Var matmul(const Var& a, const Var& b, Loc loc) {
+  if (a.ndim() == 0 || b.ndim() == 0)
+    throw TypeError("matmul: inputs must have at least one dimension, got " + a.type().str() + " and " + b.type().str() +
+                    "; use * for scalars (at " + loc_str(loc) + ")");
+  if (a.ndim() <= 2 && b.ndim() <= 2) return dot(a, b, loc);
+  DType dtype = result_dtype({a, b});
+  if (!is_float(dtype)) dtype = DType::f64;
+  Var a2 = a.ndim() == 1 ? dimshuffle(a, {-1, 0}, loc) : a;
+  Var b2 = b.ndim() == 1 ? dimshuffle(b, {0, -1}, loc) : b;
+  const int64_t nd = std::max(a2.ndim(), b2.ndim());
+  Var c = apply1(std::make_shared<BatchedMatmul>(),
+                 {pad_front(float_operand(a2, dtype, loc), nd, loc), pad_front(float_operand(b2, dtype, loc), nd, loc)}, loc);
+  std::vector<int64_t> keep;
+  for (int64_t d = 0; d < nd; ++d)
+    if (!((a.ndim() == 1 && d == nd - 2) || (b.ndim() == 1 && d == nd - 1))) keep.push_back(d);
+  return static_cast<int64_t>(keep.size()) == nd ? c : dimshuffle(c, keep, loc);
+}
+
+}  // namespace kiln

@@ -1,0 +1,40 @@
+#pragma once
+#include <optional>
+
+#include "graph/op.hpp"
+
+namespace kiln {
+
+class Join final : public Op {
+ public:
+  explicit Join(int64_t axis) : axis_(axis) {}
+  int64_t axis() const { return axis_; }
+  std::string name() const override { return "join{axis=" + std::to_string(axis_) + "}"; }
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
+  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+
+ private:
+  int64_t axis_;
+};
+
+// The gradient of Join: g cut into pieces shaped like the joined inputs (inputs 1..n give shapes).
+class JoinSplit final : public Op {
+ public:
+  explicit JoinSplit(int64_t axis) : axis_(axis) {}
+  std::string name() const override { return "join_split{axis=" + std::to_string(axis_) + "}"; }
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
+  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+  std::vector<std::pair<int, int>> view_map() const override;
+
+ private:
+  int64_t axis_;
+};
+
+// The static length of a 1-D vector built by stack() of scalars, when it can be told.
+std::optional<int64_t> stacked_length(const Var& v);
+
+}  // namespace kiln

@@ -1,0 +1,40 @@
+#pragma once
+#include "graph/op.hpp"
+
+namespace kiln {
+
+enum class ReduceKind { sum, prod, max, min, mean, argmax };
+
+class Reduce final : public Op {
+ public:
+  Reduce(ReduceKind kind, std::vector<int64_t> axes, bool keepdims) : kind_(kind), axes_(std::move(axes)), keepdims_(keepdims) {}
+  std::string name() const override;
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
+  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+
+ private:
+  ReduceKind kind_;
+  std::vector<int64_t> axes_;  // sorted, non-negative
+  bool keepdims_;
+};
+
+// Sums g over the axes where `like` has size 1 (at run time) so that the result has like's shape:
+// the gradient of broadcasting. A view of g when nothing was broadcast.
+class SumToShape final : public Op {
+ public:
+  std::string name() const override { return "sum_to_shape"; }
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
+  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+  std::vector<std::pair<int, int>> view_map() const override { return {{0, 0}}; }
+};
+
+Var sum_to_shape_of(const Var& g, const Var& like, const Loc& loc);
+// Inserts broadcastable axes where a reduction without keepdims removed them.
+Var expand_reduced(const Var& v, const std::vector<int64_t>& axes, int64_t ndim, const Loc& loc);
+std::vector<int64_t> normalize_axes(const std::vector<int64_t>& axes, int64_t ndim, const std::string& op);
+
+}  // namespace kiln

@@ -1,0 +1,55 @@
+#pragma once
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+namespace kiln::fastmath {
+
+// Branch-free single-precision exp (Cephes range reduction + polynomial, ~1 ulp) that the
+// compiler can vectorize; libm's expf is a scalar call. Results below 2^-126 flush to zero.
+inline float exp_f32(float x) {
+  const float clamped = std::min(std::max(x, -87.3f), 88.7f);
+  const float n = std::floor(clamped * 1.44269504088896341f + 0.5f);
+  float r = clamped - n * 0.693359375f;
+  r = r + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const float scale = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+  float y = p * scale;
+  y = x > 88.7f ? std::numeric_limits<float>::infinity() : y;
+  y = x < -87.3f ? 0.0f : y;
+  return x != x ? x : y;
+}
+
+inline float tanh_f32(float x) {
+  const float ax = std::fabs(x);
+  const float z = x * x;
+  const float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z +
+                        1.33314422036e-1f) * z - 3.33332819422e-1f) * z * x + x;
+  const float e = exp_f32(2.0f * std::min(ax, 20.0f));
+  const float big = std::copysign(1.0f - 2.0f / (e + 1.0f), x);
+  return ax < 0.625f ? small : big;
+}
+
+inline float sigmoid_f32(float x) { return 1.0f / (1.0f + exp_f32(-x)); }
+
+template <class T> T exp(T x) {
+  if constexpr (std::is_same_v<T, float>) return exp_f32(x); else return std::exp(x);
+}
+template <class T> T tanh(T x) {
+  if constexpr (std::is_same_v<T, float>) return tanh_f32(x); else return std::tanh(x);
+}
+template <class T> T sigmoid(T x) {
+  if constexpr (std::is_same_v<T, float>) return sigmoid_f32(x); else return T(1) / (T(1) + std::exp(-x));
+}
+// log(1 + exp(x)) without overflow and without losing small values.
+template <class T> T softplus(T x) { return std::max(x, T(0)) + std::log1p(std::exp(-std::fabs(x))); }
+
+}  // namespace kiln::fastmath

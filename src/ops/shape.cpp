@@ -1,0 +1,196 @@
+#include "ops/shape.hpp"
+
+#include <algorithm>
+
+#include "kiln/ops.hpp"
+#include "ops/join.hpp"
+
+namespace kiln {
+
+std::string DimShuffle::name() const {
+  std::string s = "dimshuffle{";
+  for (size_t i = 0; i < pattern_.size(); ++i) s += (i ? "," : "") + (pattern_[i] < 0 ? std::string("x") : std::to_string(pattern_[i]));
+  return s + "}";
+}
+
+std::vector<Type> DimShuffle::infer_types(const std::vector<Type>& in) const {
+  const Type& x = in[0];
+  std::vector<bool> used(x.ndim(), false);
+  std::vector<bool> bc;
+  for (int64_t p : pattern_) {
+    if (p < 0) {
+      bc.push_back(true);
+      continue;
+    }
+    if (p >= x.ndim()) throw TypeError(name() + ": axis " + std::to_string(p) + " does not exist in " + x.str());
+    if (used[p]) throw TypeError(name() + ": axis " + std::to_string(p) + " appears twice");
+    used[p] = true;
+    bc.push_back(x.broadcastable[p]);
+  }
+  for (int64_t d = 0; d < x.ndim(); ++d)
+    if (!used[d] && !x.broadcastable[d])
+      throw TypeError(name() + ": drops axis " + std::to_string(d) + " of " + x.str() +
+                      ", which is not broadcastable (only axes known to have size 1 can be dropped)");
+  return {Type{x.dtype, bc}};
+}
+
+std::vector<Shape> DimShuffle::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
+  Shape out;
+  for (int64_t p : pattern_) out.push_back(p < 0 ? 1 : in[0][p]);
+  return {out};
+}
+
+void DimShuffle::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
+  const Tensor& x = in[0];
+  for (int64_t d = 0; d < x.ndim(); ++d)
+    if (std::find(pattern_.begin(), pattern_.end(), d) == pattern_.end() && x.shape()[d] != 1)
+      throw ShapeError(name() + ": dropped axis " + std::to_string(d) + " has size " + std::to_string(x.shape()[d]) +
+                       " in " + x.str() + "; only size-1 axes can be dropped");
+  Shape shape, strides;
+  for (int64_t p : pattern_) {
+    shape.push_back(p < 0 ? 1 : x.shape()[p]);
+    strides.push_back(p < 0 ? 0 : x.strides()[p]);
+  }
+  out[0] = x.view(shape, strides, x.offset());
+}
+
+std::vector<Var> DimShuffle::L_op(const Node& node, const std::vector<Var>& gouts) const {
+  const Var& x = node.inputs[0];
+  Var g = gouts[0];
+  std::vector<int64_t> inserted;
+  for (size_t i = 0; i < pattern_.size(); ++i)
+    if (pattern_[i] < 0 && !g.type().broadcastable[i]) inserted.push_back(static_cast<int64_t>(i));
+  if (!inserted.empty()) g = sum(g, inserted, true, node.loc);
+  std::vector<int64_t> inverse;
+  for (int64_t d = 0; d < x.ndim(); ++d) {
+    auto it = std::find(pattern_.begin(), pattern_.end(), d);
+    inverse.push_back(it == pattern_.end() ? -1 : it - pattern_.begin());
+  }
+  return {dimshuffle(g, inverse, node.loc)};
+}
+
+std::string Reshape::name() const {
+  if (flatten_to_ > 0) return "flatten{" + std::to_string(flatten_to_) + "}";
+  if (target_.empty() && ndim_ > 0) return "reshape{ndim=" + std::to_string(ndim_) + "}";
+  return "reshape" + shape_str(target_);
+}
+
+std::vector<Type> Reshape::infer_types(const std::vector<Type>& in) const {
+  const Type& x = in[0];
+  std::vector<bool> bc;
+  if (flatten_to_ > 0) {
+    if (flatten_to_ > std::max<int64_t>(x.ndim(), 1))
+      throw TypeError(name() + ": cannot flatten " + x.str() + " to " + std::to_string(flatten_to_) + " dimensions");
+    for (int64_t d = 0; d + 1 < flatten_to_; ++d) bc.push_back(x.broadcastable[d]);
+    bool rest = true;
+    for (int64_t d = flatten_to_ - 1; d < x.ndim(); ++d) rest = rest && x.broadcastable[d];
+    bc.push_back(rest);
+  } else if (in.size() == 2) {
+    if (!is_integer(in[1].dtype) || in[1].ndim() != 1)
+      throw TypeError("reshape: the shape must be a 1-D integer vector, got " + in[1].str());
+    bc.assign(ndim_, false);
+  } else {
+    if (std::count(target_.begin(), target_.end(), -1) > 1)
+      throw TypeError(name() + ": at most one dimension can be -1");
+    for (int64_t d : target_) {
+      if (d < -1) throw TypeError(name() + ": negative dimension " + std::to_string(d));
+      bc.push_back(d == 1);
+    }
+  }
+  return {Type{x.dtype, bc}};
+}
+
+std::vector<Shape> Reshape::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>& values) const {
+  const Shape& xs = in[0];
+  const int64_t n = shape_numel(xs);
+  Shape out;
+  if (flatten_to_ > 0) {
+    for (int64_t d = 0; d + 1 < flatten_to_; ++d) out.push_back(xs[d]);
+    int64_t rest = 1;
+    for (int64_t d = flatten_to_ - 1; d < static_cast<int64_t>(xs.size()); ++d) rest *= xs[d];
+    out.push_back(rest);
+    return {out};
+  }
+  if (in.size() == 2) {
+    if (!values.at(1)) throw ShapeError("reshape: the target shape is only known at run time");
+    out = values[1]->to_vector<int64_t>();
+    if (static_cast<int64_t>(out.size()) != ndim_)
+      throw ShapeError(name() + ": the shape value " + shape_str(out) + " has " + std::to_string(out.size()) +
+                       " entries, expected " + std::to_string(ndim_));
+  } else {
+    out = target_;
+  }
+  int64_t known = 1, unknown = -1;
+  for (size_t d = 0; d < out.size(); ++d) {
+    if (out[d] == -1) unknown = static_cast<int64_t>(d);
+    else known *= out[d];
+  }
+  if (unknown >= 0 && known > 0 && n % known == 0) out[unknown] = n / known;
+  if (shape_numel(out) != n || (unknown >= 0 && known == 0))
+    throw ShapeError(name() + ": cannot reshape " + shape_str(xs) + " (" + std::to_string(n) + " elements) to " +
+                     shape_str(out));
+  return {out};
+}
+
+void Reshape::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
+  std::vector<const Tensor*> values{&in[0]};
+  Shape shape_in1;
+  if (in.size() == 2) values.push_back(&in[1]);
+  std::vector<Shape> shapes{in[0].shape()};
+  if (in.size() == 2) shapes.push_back(in[1].shape());
+  out[0] = in[0].reshape(infer_shapes(shapes, values)[0]);
+}
+
+std::vector<Var> Reshape::L_op(const Node& node, const std::vector<Var>& gouts) const {
+  const Var& x = node.inputs[0];
+  std::vector<Var> g{reshape(gouts[0], shape_of(x, node.loc), x.ndim(), node.loc)};
+  if (node.inputs.size() == 2) g.push_back(Var());
+  return g;
+}
+
+std::vector<Type> ShapeOf::infer_types(const std::vector<Type>&) const { return {Type{DType::i64, {false}}}; }
+
+std::vector<Shape> ShapeOf::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
+  return {Shape{static_cast<int64_t>(in[0].size())}};
+}
+
+void ShapeOf::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
+  int64_t* p = out[0].data<int64_t>();
+  for (int64_t d = 0; d < in[0].ndim(); ++d) p[d] = in[0].shape()[d];
+}
+
+Var dimshuffle(const Var& x, std::vector<int64_t> pattern, Loc loc) {
+  return apply1(std::make_shared<DimShuffle>(std::move(pattern)), {x}, loc);
+}
+
+Var transpose(const Var& x, Loc loc) {
+  std::vector<int64_t> pattern;
+  for (int64_t d = x.ndim() - 1; d >= 0; --d) pattern.push_back(d);
+  return dimshuffle(x, pattern, loc);
+}
+
+Var reshape(const Var& x, Shape shape, Loc loc) {
+  return apply1(std::make_shared<Reshape>(std::move(shape), 0, 0), {x}, loc);
+}
+
+Var reshape(const Var& x, const Var& shape, std::optional<int64_t> ndim, Loc loc) {
+  if (!ndim) {
+    const Variable* v = shape.get();
+    if (v->constant) return reshape(x, v->constant->to_vector<int64_t>(), loc);
+    if (v->owner && dynamic_cast<const ShapeOf*>(v->owner->op.get())) ndim = v->owner->inputs[0].ndim();
+    else if (auto n = stacked_length(shape)) ndim = *n;
+    else
+      throw TypeError("reshape: cannot tell how many dimensions the symbolic shape " + shape.type().str() +
+                      " has; pass ndim (at " + loc_str(loc) + ")");
+  }
+  return apply1(std::make_shared<Reshape>(Shape{}, *ndim, 0), {x, shape}, loc);
+}
+
+Var flatten(const Var& x, int64_t outdim, Loc loc) {
+  if (outdim < 1) throw TypeError("flatten: outdim must be at least 1, got " + std::to_string(outdim) + " (at " + loc_str(loc) + ")");
+  return apply1(std::make_shared<Reshape>(Shape{}, 0, outdim), {x}, loc);
+}
+
+Var shape_of(const Var& x, Loc loc) { return apply1(std::make_shared<ShapeOf>(), {x}, loc); }
+
+}  // namespace kiln

@@ -1,0 +1,50 @@
+#pragma once
+#include "graph/op.hpp"
+
+namespace kiln {
+
+// Reorders, inserts (-1) and drops (broadcastable) axes: always a view.
+class DimShuffle final : public Op {
+ public:
+  explicit DimShuffle(std::vector<int64_t> pattern) : pattern_(std::move(pattern)) {}
+  const std::vector<int64_t>& pattern() const { return pattern_; }
+  std::string name() const override;
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
+  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+  std::vector<std::pair<int, int>> view_map() const override { return {{0, 0}}; }
+
+ private:
+  std::vector<int64_t> pattern_;
+};
+
+// x reshaped to a constant shape (one -1 allowed), to the value of a 1-D integer input, or with
+// its trailing axes flattened (flatten_to > 0). A view when x is contiguous, else a copy.
+class Reshape final : public Op {
+ public:
+  Reshape(Shape target, int64_t ndim, int64_t flatten_to) : target_(std::move(target)), ndim_(ndim), flatten_to_(flatten_to) {}
+  std::string name() const override;
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
+  std::vector<int> needs_input_values() const override { return {1}; }
+  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+  std::vector<std::pair<int, int>> view_map() const override { return {{0, 0}}; }
+
+ private:
+  Shape target_;
+  int64_t ndim_;
+  int64_t flatten_to_;
+};
+
+class ShapeOf final : public Op {
+ public:
+  std::string name() const override { return "shape"; }
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
+  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
+  std::vector<Var> L_op(const Node&, const std::vector<Var>&) const override { return {Var()}; }
+};
+
+}  // namespace kiln

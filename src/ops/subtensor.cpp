@@ -1,0 +1,374 @@
+#include "ops/subtensor.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kiln/ops.hpp"
+#include "ops/elemwise.hpp"
+#include "ops/reduce.hpp"
+#include "tensor/dispatch.hpp"
+#include "tensor/nd_loop.hpp"
+
+namespace kiln {
+
+namespace {
+
+std::string entries_str(const std::vector<IndexEntry>& entries) {
+  std::string s;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const IndexEntry& e = entries[i];
+    s += i ? "," : "";
+    if (e.is_integer) {
+      s += std::to_string(e.index);
+    } else {
+      s += (e.start ? std::to_string(*e.start) : "") + ":" + (e.stop ? std::to_string(*e.stop) : "");
+      if (e.step != 1) s += ":" + std::to_string(e.step);
+    }
+  }
+  return s;
+}
+
+struct Resolved {
+  int64_t start, step, length;
+};
+
+// NumPy's rules for one index entry on an axis of size n.
+Resolved resolve(const IndexEntry& e, int64_t n, const std::string& op, const Shape& shape, size_t axis) {
+  if (e.is_integer) {
+    int64_t i = e.index < 0 ? e.index + n : e.index;
+    if (i < 0 || i >= n)
+      throw ShapeError(op + ": index " + std::to_string(e.index) + " is out of bounds for axis " + std::to_string(axis) +
+                       " with size " + std::to_string(n) + " (shape " + shape_str(shape) + ")");
+    return {i, 1, 1};
+  }
+  const int64_t step = e.step;
+  int64_t start, stop;
+  auto clamp = [&](std::optional<int64_t> v, int64_t dflt, int64_t lo, int64_t hi) {
+    if (!v) return dflt;
+    int64_t x = *v < 0 ? *v + n : *v;
+    return std::min(std::max(x, lo), hi);
+  };
+  if (step > 0) {
+    start = clamp(e.start, 0, 0, n);
+    stop = clamp(e.stop, n, 0, n);
+  } else {
+    start = clamp(e.start, n - 1, -1, n - 1);
+    stop = clamp(e.stop, -1, -1, n - 1);
+  }
+  int64_t length = step > 0 ? (stop - start + step - 1) / step : (start - stop - step - 1) / (-step);
+  return {start, step, std::max<int64_t>(length, 0)};
+}
+
+Tensor region_of(const Tensor& x, const std::vector<IndexEntry>& entries, const std::string& op) {
+  Shape shape, strides;
+  int64_t offset = x.offset();
+  for (int64_t d = 0; d < x.ndim(); ++d) {
+    if (d >= static_cast<int64_t>(entries.size())) {
+      shape.push_back(x.shape()[d]);
+      strides.push_back(x.strides()[d]);
+      continue;
+    }
+    Resolved r = resolve(entries[d], x.shape()[d], op, x.shape(), d);
+    if (r.length > 0) offset += r.start * x.strides()[d];
+    if (!entries[d].is_integer) {
+      shape.push_back(r.length);
+      strides.push_back(x.strides()[d] * r.step);
+    }
+  }
+  return x.view(shape, strides, offset);
+}
+
+Shape region_shape(const Shape& x, const std::vector<IndexEntry>& entries, const std::string& op) {
+  Shape out;
+  for (size_t d = 0; d < x.size(); ++d) {
+    if (d >= entries.size()) {
+      out.push_back(x[d]);
+      continue;
+    }
+    Resolved r = resolve(entries[d], x[d], op, x, d);
+    if (!entries[d].is_integer) out.push_back(r.length);
+  }
+  return out;
+}
+
+std::vector<bool> region_broadcastable(const Type& x, const std::vector<IndexEntry>& entries, const std::string& op) {
+  if (static_cast<int64_t>(entries.size()) > x.ndim())
+    throw TypeError(op + ": too many indices (" + std::to_string(entries.size()) + ") for " + x.str());
+  std::vector<bool> bc;
+  for (int64_t d = 0; d < x.ndim(); ++d) {
+    if (d >= static_cast<int64_t>(entries.size())) bc.push_back(x.broadcastable[d]);
+    else if (!entries[d].is_integer) {
+      if (entries[d].step == 0) throw TypeError(op + ": slice step cannot be zero");
+      const IndexEntry& e = entries[d];
+      bc.push_back(x.broadcastable[d] && !e.start && !e.stop && e.step == 1);
+    }
+  }
+  return bc;
+}
+
+void check_broadcast(const Shape& value, const Shape& target, const std::string& op) {
+  const int64_t pad = static_cast<int64_t>(target.size()) - static_cast<int64_t>(value.size());
+  bool ok = pad >= 0;
+  for (size_t d = 0; ok && d < value.size(); ++d) ok = value[d] == target[pad + d] || value[d] == 1;
+  if (!ok)
+    throw ShapeError(op + ": value of shape " + shape_str(value) + " cannot be broadcast to the region's shape " +
+                     shape_str(target));
+}
+
+// Broadcasts y (ndim <= target's) to the target shape as a strided view.
+Tensor broadcast_to(const Tensor& y, const Shape& target, const std::string& op) {
+  check_broadcast(y.shape(), target, op);
+  const int64_t pad = static_cast<int64_t>(target.size()) - y.ndim();
+  Shape strides(target.size(), 0);
+  for (int64_t d = 0; d < y.ndim(); ++d) strides[pad + d] = y.shape()[d] == 1 ? 0 : y.strides()[d];
+  return y.view(target, strides, y.offset());
+}
+
+void add_into(Tensor& dst, const Tensor& src) {
+  dispatch_dtype(dst.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, bool>) {
+      throw TypeError("inc_subtensor: cannot increment b8 values");
+    } else {
+      const Tensor& s = src;
+      T* pd = reinterpret_cast<T*>(dst.storage()->data()) ;
+      const T* ps = reinterpret_cast<const T*>(s.storage()->data());
+      auto loop = collapse_loop<2>(dst.shape(), {dst.strides(), s.strides()}, {dst.offset(), s.offset()});
+      run_loop(loop, [&](int64_t n, std::array<int64_t, 2> off, std::array<int64_t, 2> st) {
+        for (int64_t i = 0; i < n; ++i) pd[off[0] + i * st[0]] += ps[off[1] + i * st[1]];
+      });
+    }
+  });
+}
+
+Var pad_value(const Var& v, int64_t ndim, const Loc& loc) {
+  if (v.ndim() >= ndim) return v;
+  std::vector<int64_t> pattern(ndim - v.ndim(), -1);
+  for (int64_t i = 0; i < v.ndim(); ++i) pattern.push_back(i);
+  return dimshuffle(v, pattern, loc);
+}
+
+}  // namespace
+
+std::string Subtensor::name() const { return "subtensor[" + entries_str(entries_) + "]"; }
+
+std::vector<Type> Subtensor::infer_types(const std::vector<Type>& in) const {
+  return {Type{in[0].dtype, region_broadcastable(in[0], entries_, name())}};
+}
+
+std::vector<Shape> Subtensor::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
+  return {region_shape(in[0], entries_, name())};
+}
+
+void Subtensor::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
+  out[0] = region_of(in[0], entries_, name());
+}
+
+std::vector<Var> Subtensor::L_op(const Node& node, const std::vector<Var>& gouts) const {
+  const Var& x = node.inputs[0];
+  if (!is_float(x.dtype())) return {Var()};
+  return {apply1(std::make_shared<IncSubtensor>(entries_, false), {zeros_like(x, node.loc), gouts[0]}, node.loc)};
+}
+
+std::string IncSubtensor::name() const { return std::string(set_ ? "set" : "inc") + "_subtensor[" + entries_str(entries_) + "]"; }
+
+std::vector<Type> IncSubtensor::infer_types(const std::vector<Type>& in) const {
+  auto bc = region_broadcastable(in[0], entries_, name());
+  if (in[1].ndim() > static_cast<int64_t>(bc.size()))
+    throw TypeError(name() + ": value " + in[1].str() + " has more dimensions than the region (" +
+                    std::to_string(bc.size()) + ")");
+  if (in[1].dtype != in[0].dtype)
+    throw TypeError(name() + ": value " + in[1].str() + " must have the dtype of " + in[0].str());
+  return {in[0]};
+}
+
+std::vector<Shape> IncSubtensor::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
+  check_broadcast(in[1], region_shape(in[0], entries_, name()), name());
+  return {in[0]};
+}
+
+void IncSubtensor::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
+  out[0].copy_from(in[0]);
+  Tensor region = region_of(out[0], entries_, name());
+  Tensor value = broadcast_to(in[1], region.shape(), name());
+  if (set_) region.copy_from(value);
+  else add_into(region, value);
+}
+
+std::vector<Var> IncSubtensor::L_op(const Node& node, const std::vector<Var>& gouts) const {
+  const Loc loc = node.loc;
+  const Var& g = gouts[0];
+  Var region = apply1(std::make_shared<Subtensor>(entries_), {g}, loc);
+  Var gx = set_ ? apply1(std::make_shared<IncSubtensor>(entries_, true), {g, constant(Tensor::zeros({}, g.dtype()))}, loc) : g;
+  const Var& y = node.inputs[1];
+  Var gy = sum_to_shape_of(region, pad_value(y, region.ndim(), loc), loc);
+  if (y.ndim() < region.ndim()) {
+    std::vector<int64_t> lead;
+    for (int64_t d = 0; d < region.ndim() - y.ndim(); ++d) lead.push_back(d);
+    gy = sum(gy, lead, false, loc);
+  }
+  return {is_float(node.inputs[0].dtype()) ? gx : Var(), is_float(y.dtype()) ? gy : Var()};
+}
+
+std::vector<Type> Take::infer_types(const std::vector<Type>& in) const {
+  const Type& x = in[0];
+  const Type& idx = in[1];
+  if (!is_integer(idx.dtype)) throw TypeError("take: indices must be integers (i32 or i64), got " + idx.str());
+  if (axis_ >= x.ndim()) throw TypeError("take: axis " + std::to_string(axis_) + " out of range for " + x.str());
+  std::vector<bool> bc(x.broadcastable.begin(), x.broadcastable.begin() + axis_);
+  bc.insert(bc.end(), idx.broadcastable.begin(), idx.broadcastable.end());
+  bc.insert(bc.end(), x.broadcastable.begin() + axis_ + 1, x.broadcastable.end());
+  return {Type{x.dtype, bc}};
+}
+
+std::vector<Shape> Take::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
+  Shape out(in[0].begin(), in[0].begin() + axis_);
+  out.insert(out.end(), in[1].begin(), in[1].end());
+  out.insert(out.end(), in[0].begin() + axis_ + 1, in[0].end());
+  return {out};
+}
+
+namespace {
+
+// Calls block(outer, j, row) for every (outer position, index position): row is the checked index.
+template <class F>
+void for_each_take_row(const Tensor& x, const Tensor& indices, int64_t axis, const std::string& op, F block) {
+  const std::vector<int64_t> idx = indices.to_vector<int64_t>();
+  const int64_t n = x.shape()[axis];
+  int64_t outer = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= x.shape()[d];
+  std::vector<int64_t> rows(idx.size());
+  for (size_t j = 0; j < idx.size(); ++j) {
+    int64_t r = idx[j] < 0 ? idx[j] + n : idx[j];
+    if (r < 0 || r >= n)
+      throw ShapeError(op + ": index " + std::to_string(idx[j]) + " is out of bounds for axis " + std::to_string(axis) +
+                       " with size " + std::to_string(n) + " (input " + x.str() + ")");
+    rows[j] = r;
+  }
+  for (int64_t o = 0; o < outer; ++o)
+    for (size_t j = 0; j < rows.size(); ++j) block(o, static_cast<int64_t>(j), rows[j]);
+}
+
+int64_t inner_size(const Tensor& x, int64_t axis) {
+  int64_t inner = 1;
+  for (int64_t d = axis + 1; d < x.ndim(); ++d) inner *= x.shape()[d];
+  return inner;
+}
+
+}  // namespace
+
+void Take::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
+  Tensor x = in[0].contiguous();
+  const int64_t inner = inner_size(x, axis_);
+  const int64_t n = x.shape()[axis_];
+  const int64_t k = in[1].numel();
+  const size_t es = dtype_size(x.dtype());
+  const std::byte* px = x.raw_data();
+  std::byte* po = out[0].raw_data();
+  for_each_take_row(x, in[1], axis_, name(), [&](int64_t o, int64_t j, int64_t row) {
+    std::memcpy(po + ((o * k + j) * inner) * es, px + ((o * n + row) * inner) * es, inner * es);
+  });
+}
+
+std::vector<Var> Take::L_op(const Node& node, const std::vector<Var>& gouts) const {
+  const Var& x = node.inputs[0];
+  if (!is_float(x.dtype())) return {Var(), Var()};
+  return {apply1(std::make_shared<TakeInc>(axis_, false), {zeros_like(x, node.loc), gouts[0], node.inputs[1]}, node.loc), Var()};
+}
+
+std::vector<Type> TakeInc::infer_types(const std::vector<Type>& in) const {
+  Take take(axis_);
+  Type region = take.infer_types({in[0], in[2]})[0];
+  if (in[1].ndim() > region.ndim() || in[1].dtype != in[0].dtype)
+    throw TypeError(name() + ": value " + in[1].str() + " does not fit the taken rows " + region.str());
+  return {in[0]};
+}
+
+std::vector<Shape> TakeInc::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
+  return {in[0]};
+}
+
+void TakeInc::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
+  Tensor& o = out[0];
+  o.copy_from(in[0]);
+  Shape region = Take(axis_).infer_shapes({in[0].shape(), in[2].shape()}, {})[0];
+  Tensor y = broadcast_to(in[1], region, name()).contiguous();
+  const int64_t inner = inner_size(o, axis_);
+  const int64_t n = o.shape()[axis_];
+  const int64_t k = in[2].numel();
+  dispatch_dtype(o.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* po = reinterpret_cast<T*>(o.raw_data());
+    const T* py = reinterpret_cast<const T*>(y.raw_data());
+    for_each_take_row(o, in[2], axis_, name(), [&](int64_t oi, int64_t j, int64_t row) {
+      T* dst = po + (oi * n + row) * inner;
+      const T* src = py + (oi * k + j) * inner;
+      if (set_) std::copy_n(src, inner, dst);
+      else if constexpr (std::is_same_v<T, bool>) throw TypeError(name() + ": cannot increment b8 values");
+      else for (int64_t i = 0; i < inner; ++i) dst[i] += src[i];
+    });
+  });
+}
+
+std::vector<Var> TakeInc::L_op(const Node& node, const std::vector<Var>& gouts) const {
+  const Loc loc = node.loc;
+  const Var& g = gouts[0];
+  const Var& idx = node.inputs[2];
+  Var gx = set_ ? apply1(std::make_shared<TakeInc>(axis_, true), {g, constant(Tensor::zeros({}, g.dtype())), idx}, loc) : g;
+  Var rows = apply1(std::make_shared<Take>(axis_), {g, idx}, loc);
+  const Var& y = node.inputs[1];
+  Var gy = sum_to_shape_of(rows, pad_value(y, rows.ndim(), loc), loc);
+  if (y.ndim() < rows.ndim()) {
+    std::vector<int64_t> lead;
+    for (int64_t d = 0; d < rows.ndim() - y.ndim(); ++d) lead.push_back(d);
+    gy = sum(gy, lead, false, loc);
+  }
+  return {is_float(node.inputs[0].dtype()) ? gx : Var(), is_float(y.dtype()) ? gy : Var(), Var()};
+}
+
+Var slice(const Var& x, int64_t axis, std::optional<int64_t> start, std::optional<int64_t> stop, int64_t step, Loc loc) {
+  const int64_t nd = x.ndim();
+  const int64_t a = axis < 0 ? axis + nd : axis;
+  if (a < 0 || a >= nd)
+    throw TypeError("slice: axis " + std::to_string(axis) + " is out of range for " + x.type().str() + " (at " + loc_str(loc) + ")");
+  if (step == 0) throw TypeError("slice: step cannot be zero (at " + loc_str(loc) + ")");
+  std::vector<IndexEntry> entries(a + 1);
+  entries[a] = IndexEntry{false, 0, start, stop, step};
+  return apply1(std::make_shared<Subtensor>(entries), {x}, loc);
+}
+
+Var take(const Var& x, const Var& indices, int64_t axis, Loc loc) {
+  const int64_t nd = x.ndim();
+  const int64_t a = axis < 0 ? axis + nd : axis;
+  if (a < 0 || a >= nd)
+    throw TypeError("take: axis " + std::to_string(axis) + " is out of range for " + x.type().str() + " (at " + loc_str(loc) + ")");
+  return apply1(std::make_shared<Take>(a), {x, indices}, loc);
+}
+
+Var Var::operator[](const VarIndex& index) const {
+  if (ndim() == 0) throw TypeError("x[i]: cannot index a 0-d value " + type().str() + " (at " + loc_str(index.loc) + ")");
+  if (index.symbolic.defined()) return take(*this, index.symbolic, 0, index.loc);
+  std::vector<IndexEntry> entries{IndexEntry{true, index.number, {}, {}, 1}};
+  return apply1(std::make_shared<Subtensor>(entries), {*this}, index.loc);
+}
+
+namespace {
+Var update_subtensor(const Var& sub, const Var& value, bool set, const Loc& loc) {
+  const char* what = set ? "set_subtensor" : "inc_subtensor";
+  const Node* n = sub.defined() ? sub.get()->owner : nullptr;
+  if (n) {
+    Var v = cast(value, sub.dtype(), loc);
+    if (auto st = dynamic_cast<const Subtensor*>(n->op.get()))
+      return apply1(std::make_shared<IncSubtensor>(st->entries(), set), {n->inputs[0], v}, loc);
+    if (auto tk = dynamic_cast<const Take*>(n->op.get()))
+      return apply1(std::make_shared<TakeInc>(tk->axis(), set), {n->inputs[0], v, n->inputs[1]}, loc);
+  }
+  throw TypeError(std::string(what) + ": the first argument must be an indexing result (x[i], slice, take), got " +
+                  (sub.defined() ? sub.type().str() : std::string("an empty Var")) + " (at " + loc_str(loc) + ")");
+}
+}  // namespace
+
+Var set_subtensor(const Var& sub, const Var& value, Loc loc) { return update_subtensor(sub, value, true, loc); }
+Var inc_subtensor(const Var& sub, const Var& value, Loc loc) { return update_subtensor(sub, value, false, loc); }
+
+}  // namespace kiln

@@ -1,0 +1,81 @@
+#pragma once
+#include <optional>
+
+#include "graph/op.hpp"
+
+namespace kiln {
+
+// One entry per leading axis: an integer (drops the axis) or a slice with NumPy semantics.
+struct IndexEntry {
+  bool is_integer = false;
+  int64_t index = 0;
+  std::optional<int64_t> start, stop;
+  int64_t step = 1;
+  bool operator==(const IndexEntry&) const = default;
+};
+
+// x[entries]: always a view.
+class Subtensor final : public Op {
+ public:
+  explicit Subtensor(std::vector<IndexEntry> entries) : entries_(std::move(entries)) {}
+  const std::vector<IndexEntry>& entries() const { return entries_; }
+  std::string name() const override;
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
+  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+  std::vector<std::pair<int, int>> view_map() const override { return {{0, 0}}; }
+
+ private:
+  std::vector<IndexEntry> entries_;
+};
+
+// A copy of x whose region x[entries] is set to (or incremented by) y, broadcast.
+class IncSubtensor final : public Op {
+ public:
+  IncSubtensor(std::vector<IndexEntry> entries, bool set) : entries_(std::move(entries)), set_(set) {}
+  std::string name() const override;
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
+  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+  std::vector<std::pair<int, int>> inplace_options() const override { return {{0, 0}}; }
+
+ private:
+  std::vector<IndexEntry> entries_;
+  bool set_;
+};
+
+// take(x, indices, axis): NumPy take with integer indices of any shape (negative ones wrap).
+class Take final : public Op {
+ public:
+  explicit Take(int64_t axis) : axis_(axis) {}
+  int64_t axis() const { return axis_; }
+  std::string name() const override { return "take{axis=" + std::to_string(axis_) + "}"; }
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
+  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+
+ private:
+  int64_t axis_;
+};
+
+// A copy of x whose rows take(x, indices, axis) are set to (or incremented by) y; repeated
+// indices accumulate when incrementing.
+class TakeInc final : public Op {
+ public:
+  TakeInc(int64_t axis, bool set) : axis_(axis), set_(set) {}
+  std::string name() const override { return std::string(set_ ? "set" : "inc") + "_take{axis=" + std::to_string(axis_) + "}"; }
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
+  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+  std::vector<std::pair<int, int>> inplace_options() const override { return {{0, 0}}; }
+
+ private:
+  int64_t axis_;
+  bool set_;
+};
+
+}  // namespace kiln

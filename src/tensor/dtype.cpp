@@ -1,0 +1,66 @@
+#include <omp.h>
+
+#include <sstream>
+
+#include "kiln/tensor.hpp"
+
+namespace kiln {
+
+size_t dtype_size(DType d) {
+  switch (d) {
+    case DType::f32: return 4;
+    case DType::f64: return 8;
+    case DType::i32: return 4;
+    case DType::i64: return 8;
+    case DType::b8: return 1;
+  }
+  return 0;
+}
+
+const char* dtype_name(DType d) {
+  switch (d) {
+    case DType::f32: return "f32";
+    case DType::f64: return "f64";
+    case DType::i32: return "i32";
+    case DType::i64: return "i64";
+    case DType::b8: return "b8";
+  }
+  return "?";
+}
+
+bool is_float(DType d) { return d == DType::f32 || d == DType::f64; }
+bool is_integer(DType d) { return d == DType::i32 || d == DType::i64; }
+
+std::string shape_str(const Shape& shape) {
+  std::ostringstream s;
+  s << '(';
+  for (size_t i = 0; i < shape.size(); ++i) s << (i ? "," : "") << shape[i];
+  if (shape.size() == 1) s << ',';
+  s << ')';
+  return s.str();
+}
+
+int64_t shape_numel(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+Shape contiguous_strides(const Shape& shape) {
+  Shape strides(shape.size());
+  int64_t s = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    strides[i] = s;
+    s *= shape[i];
+  }
+  return strides;
+}
+
+void set_num_threads(int n) {
+  if (n < 1) throw Error("set_num_threads: the number of threads must be at least 1, got " + std::to_string(n));
+  omp_set_num_threads(n);
+}
+
+int num_threads() { return omp_get_max_threads(); }
+
+}  // namespace kiln

@@ -1,0 +1,296 @@
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+#include "kiln/tensor.hpp"
+#include "tensor/dispatch.hpp"
+#include "tensor/nd_loop.hpp"
+
+namespace kiln {
+
+const Tensor::Impl& Tensor::impl() const {
+  if (!impl_) throw Error("Tensor: this tensor is empty (default-constructed); create it with Tensor::zeros, from or wrap");
+  if (impl_->disposed)
+    throw DisposedError("Tensor: this tensor was disposed and cannot be used any more; keep it alive "
+                        "(move_to_outer_scope / detach_from_scope) or use an alias() made before dispose()");
+  return *impl_;
+}
+
+void Tensor::check_dtype(DType expected) const {
+  if (dtype() != expected)
+    throw TypeError(std::string("Tensor::data<T>: the tensor ") + str() + " holds " + dtype_name(dtype()) +
+                    ", but T is " + dtype_name(expected) + "; use to<T>() or to_vector<T>() to convert");
+}
+
+Tensor Tensor::view_of(std::shared_ptr<Storage> storage, DType dtype, Shape shape, Shape strides, int64_t offset) {
+  Tensor t;
+  t.impl_ = std::make_shared<Impl>();
+  t.impl_->storage = std::move(storage);
+  t.impl_->dtype = dtype;
+  t.impl_->shape = std::move(shape);
+  t.impl_->strides = std::move(strides);
+  t.impl_->offset = offset;
+  return t;
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype) {
+  for (int64_t d : shape)
+    if (d < 0) throw ShapeError("Tensor: negative dimension in shape " + shape_str(shape));
+  auto storage = Storage::allocate(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype));
+  return view_of(std::move(storage), dtype, shape, contiguous_strides(shape), 0);
+}
+
+Tensor Tensor::full(const Shape& shape, double value, DType dtype) {
+  Tensor t = empty(shape, dtype);
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    std::fill_n(reinterpret_cast<T*>(t.raw_data()), t.numel(), static_cast<T>(value));
+  });
+  return t;
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype) {
+  Tensor t = empty(shape, dtype);
+  std::memset(t.raw_data(), 0, t.nbytes());
+  return t;
+}
+
+Tensor Tensor::ones(const Shape& shape, DType dtype) { return full(shape, 1.0, dtype); }
+
+template <class T> Tensor Tensor::from(const std::vector<T>& data, const Shape& shape) {
+  if (shape_numel(shape) != static_cast<int64_t>(data.size()))
+    throw ShapeError("Tensor::from: " + std::to_string(data.size()) + " values do not fill shape " + shape_str(shape) +
+                     " (" + std::to_string(shape_numel(shape)) + " elements)");
+  Tensor t = empty(shape, dtype_of<T>());
+  T* out = reinterpret_cast<T*>(t.raw_data());
+  for (size_t i = 0; i < data.size(); ++i) out[i] = data[i];
+  return t;
+}
+
+Tensor Tensor::wrap_bytes(void* data, const Shape& shape, DType dtype) {
+  size_t nbytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  return view_of(Storage::borrow(data, nbytes), dtype, shape, contiguous_strides(shape), 0);
+}
+
+int64_t Tensor::numel() const { return shape_numel(impl().shape); }
+
+bool Tensor::is_contiguous() const {
+  const Impl& m = impl();
+  int64_t expected = 1;
+  for (size_t i = m.shape.size(); i-- > 0;) {
+    if (m.shape[i] != 1 && m.strides[i] != expected) return false;
+    expected *= m.shape[i];
+  }
+  return true;
+}
+
+std::byte* Tensor::raw_data() const {
+  const Impl& m = impl();
+  return m.storage->data() + m.offset * static_cast<int64_t>(dtype_size(m.dtype));
+}
+
+std::string Tensor::str() const {
+  if (!impl_) return "<empty tensor>";
+  if (impl_->disposed) return "<disposed tensor>";
+  return std::string(dtype_name(dtype())) + shape_str(shape());
+}
+
+double Tensor::item_as_double(int64_t flat) const {
+  const Impl& m = impl();
+  int64_t off = 0;
+  for (size_t d = m.shape.size(); d-- > 0;) {
+    off += (flat % m.shape[d]) * m.strides[d];
+    flat /= m.shape[d];
+  }
+  return dispatch_dtype(m.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    return static_cast<double>(reinterpret_cast<const T*>(raw_data())[off]);
+  });
+}
+
+template <class T> T Tensor::item() const {
+  if (numel() != 1)
+    throw ShapeError("Tensor::item: needs exactly one element, the tensor is " + str());
+  return static_cast<T>(to_vector<T>()[0]);
+}
+
+template <class T> std::vector<T> Tensor::to_vector() const {
+  Tensor c = dtype() == dtype_of<T>() ? contiguous() : to(dtype_of<T>());
+  const T* p = reinterpret_cast<const T*>(c.raw_data());
+  return std::vector<T>(p, p + c.numel());
+}
+
+void Tensor::copy_from(const Tensor& src) {
+  if (src.shape() != shape())
+    throw ShapeError("Tensor::copy_from: source " + src.str() + " and destination " + str() + " differ in shape");
+  if (dtype() == src.dtype() && is_contiguous() && src.is_contiguous()) {
+    if (raw_data() != src.raw_data()) std::memmove(raw_data(), src.raw_data(), nbytes());
+    return;
+  }
+  auto loop = collapse_loop<2>(shape(), {strides(), src.strides()});
+  dispatch_dtype(dtype(), [&](auto out_tag) {
+    using O = decltype(out_tag);
+    dispatch_dtype(src.dtype(), [&](auto in_tag) {
+      using I = decltype(in_tag);
+      O* out = reinterpret_cast<O*>(raw_data());
+      const I* in = reinterpret_cast<const I*>(src.raw_data());
+      run_loop(loop, [&](int64_t n, std::array<int64_t, 2> off, std::array<int64_t, 2> step) {
+        O* o = out + off[0];
+        const I* a = in + off[1];
+        if (step[0] == 1 && step[1] == 1)
+          for (int64_t i = 0; i < n; ++i) o[i] = static_cast<O>(a[i]);
+        else
+          for (int64_t i = 0; i < n; ++i) o[i * step[0]] = static_cast<O>(a[i * step[1]]);
+      });
+    });
+  });
+}
+
+Tensor Tensor::clone() const {
+  Tensor t = empty(shape(), dtype());
+  t.copy_from(*this);
+  return t;
+}
+
+Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
+
+Tensor Tensor::to(DType d) const {
+  Tensor t = empty(shape(), d);
+  t.copy_from(*this);
+  return t;
+}
+
+Tensor Tensor::view(Shape shape, Shape strides, int64_t offset) const {
+  return view_of(storage(), dtype(), std::move(shape), std::move(strides), offset);
+}
+
+Tensor Tensor::reshape(const Shape& new_shape) const {
+  if (shape_numel(new_shape) != numel())
+    throw ShapeError("Tensor::reshape: cannot reshape " + str() + " to " + shape_str(new_shape));
+  Tensor c = contiguous();
+  return c.view(new_shape, contiguous_strides(new_shape), c.offset());
+}
+
+namespace {
+// [first, last] byte offsets touched by a view within its storage.
+std::pair<int64_t, int64_t> byte_extent(const Tensor& t) {
+  int64_t lo = t.offset(), hi = t.offset();
+  for (int64_t d = 0; d < t.ndim(); ++d) {
+    if (t.shape()[d] == 0) return {0, -1};
+    int64_t span = (t.shape()[d] - 1) * t.strides()[d];
+    (span < 0 ? lo : hi) += span;
+  }
+  int64_t es = static_cast<int64_t>(dtype_size(t.dtype()));
+  return {lo * es, hi * es + es - 1};
+}
+
+std::vector<std::pair<int64_t, int64_t>> byte_intervals(const Tensor& t) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  const int64_t es = static_cast<int64_t>(dtype_size(t.dtype()));
+  auto collect = [&](int64_t n, std::array<int64_t, 1> off, std::array<int64_t, 1> step) {
+    for (int64_t i = 0; i < n; ++i) out.push_back({(off[0] + i * step[0]) * es, (off[0] + i * step[0]) * es + es - 1});
+  };
+  auto loop = collapse_loop<1>(t.shape(), {t.strides()}, {t.offset()});
+  const int64_t n_inner = loop.shape.empty() ? 1 : loop.shape.back();
+  run_loop_range(loop, 0, t.numel() / std::max<int64_t>(n_inner, 1), 0, n_inner, collect);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+}  // namespace
+
+bool Tensor::same_storage(const Tensor& other) const {
+  return storage()->data() == other.storage()->data();
+}
+
+bool Tensor::shares_memory(const Tensor& other) const {
+  const std::byte* a0 = storage()->data();
+  const std::byte* b0 = other.storage()->data();
+  auto [alo, ahi] = byte_extent(*this);
+  auto [blo, bhi] = byte_extent(other);
+  if (alo > ahi || blo > bhi) return false;
+  const std::byte* a_first = a0 + alo; const std::byte* a_last = a0 + ahi;
+  const std::byte* b_first = b0 + blo; const std::byte* b_last = b0 + bhi;
+  if (a_last < b_first || b_last < a_first) return false;
+  if (is_contiguous() && other.is_contiguous()) return true;
+  // Strided views whose extents overlap may still interleave without touching: check bytes.
+  auto ia = byte_intervals(*this), ib = byte_intervals(other);
+  size_t i = 0, j = 0;
+  while (i < ia.size() && j < ib.size()) {
+    const std::byte* as = a0 + ia[i].first; const std::byte* ae = a0 + ia[i].second;
+    const std::byte* bs = b0 + ib[j].first; const std::byte* be = b0 + ib[j].second;
+    if (ae < bs) ++i;
+    else if (be < as) ++j;
+    else return true;
+  }
+  return false;
+}
+
+Tensor Tensor::alias() const {
+  const Impl& m = impl();
+  return view_of(m.storage, m.dtype, m.shape, m.strides, m.offset);
+}
+
+void Tensor::dispose() {
+  if (!impl_ || impl_->disposed) return;
+  impl_->storage.reset();
+  impl_->disposed = true;
+}
+
+#define KILN_INSTANTIATE(T)                                                      \
+  template Tensor Tensor::from<T>(const std::vector<T>&, const Shape&);         \
+  template T Tensor::item<T>() const;                                            \
+  template std::vector<T> Tensor::to_vector<T>() const;
+KILN_INSTANTIATE(float)
+KILN_INSTANTIATE(double)
+KILN_INSTANTIATE(int32_t)
+KILN_INSTANTIATE(int64_t)
+#undef KILN_INSTANTIATE
+
+template <> std::vector<bool> Tensor::to_vector<bool>() const {
+  Tensor c = dtype() == DType::b8 ? contiguous() : to(DType::b8);
+  const bool* p = reinterpret_cast<const bool*>(c.raw_data());
+  return std::vector<bool>(p, p + c.numel());
+}
+template <> bool Tensor::item<bool>() const {
+  if (numel() != 1) throw ShapeError("Tensor::item: needs exactly one element, the tensor is " + str());
+  return to_vector<bool>()[0];
+}
+template <> Tensor Tensor::from<bool>(const std::vector<bool>& data, const Shape& shape) {
+  if (shape_numel(shape) != static_cast<int64_t>(data.size()))
+    throw ShapeError("Tensor::from: " + std::to_string(data.size()) + " values do not fill shape " + shape_str(shape));
+  Tensor t = empty(shape, DType::b8);
+  bool* out = reinterpret_cast<bool*>(t.raw_data());
+  for (size_t i = 0; i < data.size(); ++i) out[i] = data[i];
+  return t;
+}
+
+}  // namespace kiln
+
+#include "tensor/convert.hpp"
+
+namespace kiln {
+namespace {
+bool converts_exactly(const Tensor& value, DType target) {
+  DType from = value.dtype();
+  if (from == target || from == DType::b8) return target != DType::b8 || from == DType::b8;
+  if (from == DType::i32 && (target == DType::i64 || target == DType::f64)) return true;
+  if (from == DType::f32 && target == DType::f64) return true;
+  if (!is_integer(from) || target == DType::b8) return false;
+  Tensor back = value.to(target).to(from);
+  Tensor orig = value.contiguous();
+  const std::byte* a = orig.raw_data();
+  const std::byte* b = back.raw_data();
+  return std::memcmp(a, b, orig.nbytes()) == 0;
+}
+}  // namespace
+
+Tensor convert_lossless(const Tensor& value, DType target, const std::string& what) {
+  if (value.dtype() == target) return value;
+  if (!converts_exactly(value, target))
+    throw TypeError(what + ": got " + value.str() + " but expected " + dtype_name(target) +
+                    "; converting would lose information. Convert it yourself (Tensor::to(" +
+                    dtype_name(target) + ")) if that is intended");
+  return value.to(target);
+}
+
+}  // namespace kiln

@@ -1,0 +1,133 @@
+#include "test_util.hpp"
+
+using namespace kiln;
+using namespace kiln::test;
+
+TEST(Tensor, FromInfersDtypeAndShape) {
+  Tensor a = Tensor::from({1.f, 2.f, 3.f, 4.f, 5.f, 6.f}, {2, 3});
+  EXPECT_EQ(a.dtype(), f32);
+  EXPECT_EQ(a.shape(), (Shape{2, 3}));
+  EXPECT_EQ(a.numel(), 6);
+  EXPECT_EQ(a.nbytes(), 24u);
+  EXPECT_TRUE(a.is_contiguous());
+  EXPECT_EQ(Tensor::from(std::vector<double>{1, 2}).dtype(), f64);
+  EXPECT_EQ(Tensor::from(std::vector<int32_t>{1, 2}).dtype(), i32);
+  EXPECT_EQ(Tensor::from(std::vector<int64_t>{1, 2}).dtype(), i64);
+  EXPECT_EQ(Tensor::from(std::vector<bool>{true, false}).dtype(), b8);
+  EXPECT_EQ(Tensor::from(std::vector<bool>{true, false}).to_vector<bool>(), (std::vector<bool>{true, false}));
+}
+
+TEST(Tensor, FromRejectsWrongCount) {
+  expect_error<ShapeError>([] { Tensor::from({1.0, 2.0}, {3}); }, {"2 values", "(3,)"});
+}
+
+TEST(Tensor, FactoriesFillValues) {
+  expect_values(Tensor::zeros({2, 2}), {0, 0, 0, 0});
+  expect_values(Tensor::ones({3}, i32), {1, 1, 1});
+  expect_values(Tensor::full({2}, 2.5, f64), {2.5, 2.5});
+}
+
+TEST(Tensor, DataChecksDtype) {
+  Tensor a = Tensor::zeros({2}, f64);
+  EXPECT_NO_THROW(a.data<double>());
+  expect_error<TypeError>([&] { a.data<float>(); }, {"holds f64", "T is f32"});
+}
+
+TEST(Tensor, ItemAndToVectorConvert) {
+  Tensor a = Tensor::from({7}, {1});
+  EXPECT_EQ(a.item<int>(), 7);
+  EXPECT_DOUBLE_EQ(a.item<double>(), 7.0);
+  expect_error<ShapeError>([] { Tensor::zeros({2}).item<float>(); }, {"exactly one element"});
+}
+
+TEST(Tensor, WrapIsAViewOfCallerMemory) {
+  std::vector<float> buf{1, 2, 3, 4};
+  auto before = allocator_stats().n_allocations;
+  Tensor t = Tensor::wrap(buf.data(), {2, 2});
+  EXPECT_EQ(allocator_stats().n_allocations, before);
+  buf[3] = 9;
+  EXPECT_FLOAT_EQ(t.data<float>()[3], 9.f);
+}
+
+TEST(Tensor, AllocationsAreAlignedAndCounted) {
+  auto s0 = allocator_stats();
+  {
+    Tensor t = Tensor::empty({100}, f32);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(t.raw_data()) % 64, 0u);
+    auto s1 = allocator_stats();
+    EXPECT_EQ(s1.bytes_in_use - s0.bytes_in_use, 400);
+    EXPECT_EQ(s1.live_storages - s0.live_storages, 1);
+    EXPECT_GE(s1.peak_bytes, s1.bytes_in_use);
+    EXPECT_EQ(s1.n_allocations - s0.n_allocations, 1);
+  }
+  EXPECT_EQ(allocator_stats().bytes_in_use, s0.bytes_in_use);
+  reset_peak_bytes();
+  EXPECT_EQ(allocator_stats().peak_bytes, allocator_stats().bytes_in_use);
+}
+
+TEST(Tensor, ViewsShareStorageAndCloneDoesNot) {
+  Tensor a = Tensor::from({1.0, 2.0, 3.0, 4.0, 5.0, 6.0}, {2, 3});
+  Tensor t = a.view({3, 2}, {1, 3}, 0);  // transpose
+  EXPECT_FALSE(t.is_contiguous());
+  expect_values(t, {1, 4, 2, 5, 3, 6});
+  EXPECT_TRUE(t.shares_memory(a));
+  Tensor c = t.clone();
+  EXPECT_TRUE(c.is_contiguous());
+  EXPECT_FALSE(c.shares_memory(a));
+  expect_values(c, {1, 4, 2, 5, 3, 6});
+}
+
+TEST(Tensor, SharesMemoryIsExactForInterleavedViews) {
+  Tensor a = Tensor::zeros({10}, f32);
+  Tensor even = a.view({5}, {2}, 0), odd = a.view({5}, {2}, 1);
+  EXPECT_FALSE(even.shares_memory(odd));
+  EXPECT_TRUE(even.shares_memory(a));
+  Tensor first = a.view({5}, {1}, 0), second = a.view({5}, {1}, 5);
+  EXPECT_FALSE(first.shares_memory(second));
+  EXPECT_TRUE(a.view({6}, {1}, 0).shares_memory(second));
+}
+
+TEST(Tensor, ReshapeViewsContiguousAndCopiesOthers) {
+  Tensor a = Tensor::from({1.0, 2.0, 3.0, 4.0, 5.0, 6.0}, {2, 3});
+  EXPECT_TRUE(a.reshape({3, 2}).shares_memory(a));
+  Tensor t = a.view({3, 2}, {1, 3}, 0);
+  Tensor r = t.reshape({6});
+  EXPECT_FALSE(r.shares_memory(a));
+  expect_values(r, {1, 4, 2, 5, 3, 6});
+}
+
+TEST(Tensor, ToConvertsDtype) {
+  expect_values(Tensor::from({1.5, -2.0}, {2}).to(i32), {1, -2});
+  expect_values(Tensor::from({0, 3}, {2}).to(b8), {0, 1});
+}
+
+TEST(Tensor, AliasIsAFreshHandle) {
+  Tensor a = Tensor::ones({3});
+  Tensor b = a.alias();
+  a.dispose();
+  EXPECT_TRUE(a.is_disposed());
+  expect_values(b, {1, 1, 1});
+  expect_error<DisposedError>([&] { (void)a.shape(); }, {"disposed"});
+}
+
+TEST(Tensor, DisposeReleasesMemory) {
+  auto s0 = allocator_stats();
+  Tensor a = Tensor::empty({1000}, f64);
+  EXPECT_EQ(allocator_stats().bytes_in_use - s0.bytes_in_use, 8000);
+  a.dispose();
+  EXPECT_EQ(allocator_stats().bytes_in_use, s0.bytes_in_use);
+}
+
+TEST(Tensor, EmptyHandleSaysSo) {
+  Tensor t;
+  EXPECT_FALSE(t.defined());
+  expect_error<Error>([&] { (void)t.numel(); }, {"empty"});
+}
+
+TEST(Threads, SetNumThreads) {
+  int before = num_threads();
+  set_num_threads(1);
+  EXPECT_EQ(num_threads(), 1);
+  set_num_threads(before);
+  expect_error<Error>([] { set_num_threads(0); }, {"at least 1"});
+}

@@ -1,0 +1,60 @@
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.hpp"
+
+namespace kiln::test {
+
+inline void expect_values(const Tensor& t, const std::vector<double>& expected, double tol = 1e-6) {
+  std::vector<double> got = t.to_vector<double>();
+  ASSERT_EQ(got.size(), expected.size()) << "tensor " << t.str();
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(expected[i])) {
+      EXPECT_TRUE(std::isnan(got[i])) << "element " << i;
+      continue;
+    }
+    EXPECT_NEAR(got[i], expected[i], tol * std::max(1.0, std::fabs(expected[i]))) << "element " << i << " of " << t.str();
+  }
+}
+
+// Compiles and runs outputs of the given inputs once.
+inline std::vector<Tensor> eval(const std::vector<Var>& inputs, const std::vector<Var>& outputs,
+                                const std::vector<Tensor>& values) {
+  std::vector<In> ins(inputs.begin(), inputs.end());
+  std::vector<Out> outs(outputs.begin(), outputs.end());
+  return function(ins, outs, {.allow_unused_inputs = true})(values);
+}
+
+inline Tensor eval1(const std::vector<Var>& inputs, const Var& output, const std::vector<Tensor>& values) {
+  return eval(inputs, {output}, values)[0];
+}
+
+// Deterministic pseudo-random values in [lo, hi).
+inline Tensor random_tensor(const Shape& shape, DType dtype = DType::f64, double lo = -1.0, double hi = 1.0,
+                            uint64_t seed = 7) {
+  std::vector<double> v(shape_numel(shape));
+  uint64_t s = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+  for (double& x : v) {
+    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+    x = lo + (hi - lo) * static_cast<double>(s >> 11) / static_cast<double>(1ULL << 53);
+  }
+  return Tensor::from(v, shape).to(dtype);
+}
+
+template <class E, class F> void expect_error(F&& f, const std::vector<std::string>& fragments) {
+  try {
+    f();
+    ADD_FAILURE() << "no error was raised";
+  } catch (const E& e) {
+    for (const auto& frag : fragments)
+      EXPECT_NE(std::string(e.what()).find(frag), std::string::npos) << "message lacks '" << frag << "': " << e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong error type: " << e.what();
+  }
+}
+
+}  // namespace kiln::test
