@@ -1,4 +1,5 @@
 #pragma once
+#include <initializer_list>
 #include <optional>
 #include <vector>
 
@@ -67,6 +68,7 @@ Var matmul(const Var& a, const Var& b, Loc loc = Loc::current());
 Var transpose(const Var& x, Loc loc = Loc::current());
 Var dimshuffle(const Var& x, std::vector<int64_t> pattern, Loc loc = Loc::current());
 Var reshape(const Var& x, Shape shape, Loc loc = Loc::current());
+Var reshape(const Var& x, std::initializer_list<int64_t> shape, Loc loc = Loc::current());  // reshape(x, {6})
 Var reshape(const Var& x, const Var& shape, std::optional<int64_t> ndim = std::nullopt, Loc loc = Loc::current());
 Var flatten(const Var& x, int64_t outdim = 1, Loc loc = Loc::current());
 Var shape_of(const Var& x, Loc loc = Loc::current());  // 1-D i64 vector of x's shape

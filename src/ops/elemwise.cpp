@@ -97,6 +97,13 @@ Var cast_to(const Var& v, DType d, const Loc& loc) {
 
 Var pad_to_ndim(const Var& v, int64_t ndim, const Loc& loc) {
   if (v.ndim() == ndim) return v;
+  if (const Variable* var = v.get(); var->constant) {
+    Shape shape(ndim - v.ndim(), 1);
+    shape.insert(shape.end(), var->constant->shape().begin(), var->constant->shape().end());
+    Var c = constant(var->constant->reshape(shape));
+    c.get()->weak = var->weak;
+    return c;
+  }
   std::vector<int64_t> pattern(ndim - v.ndim(), -1);
   for (int64_t i = 0; i < v.ndim(); ++i) pattern.push_back(i);
   return dimshuffle(v, pattern, loc);

@@ -36,8 +36,8 @@ void softmax_row(const T* x, int64_t sx, T* y, int64_t sy, int64_t n, bool log) 
     for (int64_t i = 0; i < n; ++i) total += (y[i * sy] = fastmath::exp(x[i * sx] - mx));
   }
   if (log) {
-    const T shift = mx + std::log(total);
-    for (int64_t i = 0; i < n; ++i) y[i * sy] = x[i * sx] - shift;
+    const T log_total = std::log(total);
+    for (int64_t i = 0; i < n; ++i) y[i * sy] = (x[i * sx] - mx) - log_total;
   } else {
     const T inv = T(1) / total;
     for (int64_t i = 0; i < n; ++i) y[i * sy] *= inv;

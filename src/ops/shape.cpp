@@ -173,6 +173,8 @@ Var reshape(const Var& x, Shape shape, Loc loc) {
   return apply1(std::make_shared<Reshape>(std::move(shape), 0, 0), {x}, loc);
 }
 
+Var reshape(const Var& x, std::initializer_list<int64_t> shape, Loc loc) { return reshape(x, Shape(shape), loc); }
+
 Var reshape(const Var& x, const Var& shape, std::optional<int64_t> ndim, Loc loc) {
   if (!ndim) {
     const Variable* v = shape.get();

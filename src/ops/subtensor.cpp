@@ -316,6 +316,13 @@ std::vector<Var> TakeInc::L_op(const Node& node, const std::vector<Var>& gouts) 
   const Var& idx = node.inputs[2];
   Var gx = set_ ? apply1(std::make_shared<TakeInc>(axis_, true), {g, constant(Tensor::zeros({}, g.dtype())), idx}, loc) : g;
   Var rows = apply1(std::make_shared<Take>(axis_), {g, idx}, loc);
+  if (set_) {
+    Var last = apply1(std::make_shared<LastOccurrence>(axis_), {idx, g}, loc);
+    std::vector<int64_t> pattern(axis_, -1);
+    for (int64_t d = 0; d < idx.ndim(); ++d) pattern.push_back(d);
+    pattern.resize(rows.ndim(), -1);
+    rows = rows * dimshuffle(last, pattern, loc);
+  }
   const Var& y = node.inputs[1];
   Var gy = sum_to_shape_of(rows, pad_value(y, rows.ndim(), loc), loc);
   if (y.ndim() < rows.ndim()) {
@@ -324,6 +331,28 @@ std::vector<Var> TakeInc::L_op(const Node& node, const std::vector<Var>& gouts) 
     gy = sum(gy, lead, false, loc);
   }
   return {is_float(node.inputs[0].dtype()) ? gx : Var(), is_float(y.dtype()) ? gy : Var(), Var()};
+}
+
+std::vector<Type> LastOccurrence::infer_types(const std::vector<Type>& in) const {
+  return {Type{in[1].dtype, in[0].broadcastable}};
+}
+
+std::vector<Shape> LastOccurrence::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
+  return {in[0]};
+}
+
+void LastOccurrence::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
+  const int64_t n = in[1].shape()[axis_];
+  std::vector<int64_t> idx = in[0].to_vector<int64_t>();
+  std::vector<double> last(idx.size(), 0.0);
+  std::vector<bool> seen(n, false);
+  for (size_t j = idx.size(); j-- > 0;) {
+    const int64_t row = idx[j] < 0 ? idx[j] + n : idx[j];
+    if (row < 0 || row >= n) throw ShapeError(name() + ": index " + std::to_string(idx[j]) + " is out of bounds");
+    last[j] = seen[row] ? 0.0 : 1.0;
+    seen[row] = true;
+  }
+  out[0].copy_from(Tensor::from(last, in[0].shape()));
 }
 
 Var slice(const Var& x, int64_t axis, std::optional<int64_t> start, std::optional<int64_t> stop, int64_t step, Loc loc) {

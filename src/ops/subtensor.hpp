@@ -78,4 +78,19 @@ class TakeInc final : public Op {
   bool set_;
 };
 
+// 1 where an index is the last to name its row along x's axis, 0 where a later one repeats it:
+// with repeated indices the last write of a set wins, so only it receives a gradient.
+class LastOccurrence final : public Op {
+ public:
+  explicit LastOccurrence(int64_t axis) : axis_(axis) {}
+  std::string name() const override { return "last_occurrence{axis=" + std::to_string(axis_) + "}"; }
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
+  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
+  std::vector<Var> L_op(const Node&, const std::vector<Var>&) const override { return {Var(), Var()}; }
+
+ private:
+  int64_t axis_;
+};
+
 }  // namespace kiln

@@ -1,0 +1,85 @@
+#include "test_util.hpp"
+
+using namespace kiln;
+using namespace kiln::test;
+
+namespace {
+std::vector<double> naive_matmul(const Tensor& a, const Tensor& b) {
+  auto A = a.to_vector<double>(), B = b.to_vector<double>();
+  int64_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
+  std::vector<double> c(m * n, 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t p = 0; p < k; ++p)
+      for (int64_t j = 0; j < n; ++j) c[i * n + j] += A[i * k + p] * B[p * n + j];
+  return c;
+}
+}  // namespace
+
+TEST(Blas, DotMatrixMatrixAllBackendsAndLayouts) {
+  for (DType dt : {f32, f64})
+    for (int64_t m : {1, 3, 60}) {
+      Var a = matrix("a", dt), b = matrix("b", dt);
+      Tensor av = random_tensor({m, 50}, dt, -1, 1, 1), bv = random_tensor({50, 20}, dt, -1, 1, 2);
+      expect_values(eval1({a, b}, dot(a, b), {av, bv}), naive_matmul(av, bv), dt == f32 ? 1e-4 : 1e-10);
+      // Transposed operands are passed to the backend without copies.
+      Tensor at = av.clone().reshape({m, 50});
+      Var aT = matrix("aT", dt), bT = matrix("bT", dt);
+      Tensor atv = Tensor::empty({50, m}, dt), btv = Tensor::empty({20, 50}, dt);
+      atv.copy_from(av.view({50, m}, {1, 50}, 0));
+      btv.copy_from(bv.view({20, 50}, {1, 20}, 0));
+      expect_values(eval1({aT, bT}, dot(transpose(aT), transpose(bT)), {atv, btv}), naive_matmul(av, bv),
+                    dt == f32 ? 1e-4 : 1e-10);
+    }
+}
+
+TEST(Blas, DotVectorCases) {
+  Var m = matrix("m", f64), v = vector("v", f64), w = vector("w", f64);
+  Tensor mv = Tensor::from({1.0, 2.0, 3.0, 4.0, 5.0, 6.0}, {2, 3});
+  auto o = eval({m, v, w}, {dot(m, v), dot(w, m), dot(v, v), dot(m, 2.0)},
+                {mv, Tensor::from({1.0, 0.0, -1.0}, {3}), Tensor::from({1.0, 1.0}, {2})});
+  expect_values(o[0], {-2, -2});
+  expect_values(o[1], {5, 7, 9});
+  expect_values(o[2], {2});
+  expect_values(o[3], {2, 4, 6, 8, 10, 12});
+}
+
+TEST(Blas, DotGradients) {
+  for (DType dt : {f64, f32}) {
+    Tensor a = random_tensor({3, 4}, dt, -1, 1, 1), b = random_tensor({4, 5}, dt, -1, 1, 2);
+    Tensor v = random_tensor({4}, dt, -1, 1, 3), w = random_tensor({3}, dt, -1, 1, 4);
+    verify_grad([](std::vector<Var> x) { return dot(x[0], x[1]); }, {a, b});
+    verify_grad([](std::vector<Var> x) { return dot(x[0], x[1]); }, {a, v});
+    verify_grad([](std::vector<Var> x) { return dot(x[0], x[1]); }, {w, a});
+    verify_grad([](std::vector<Var> x) { return dot(x[0], x[1]); }, {v, v.clone()});
+  }
+}
+
+TEST(Blas, MatmulBatchedWithBroadcast) {
+  Var a = tensor3("a", f64), b = matrix("b", f64);
+  Tensor av = random_tensor({2, 3, 4}, f64, -1, 1, 5), bv = random_tensor({4, 2}, f64, -1, 1, 6);
+  Tensor c = eval1({a, b}, matmul(a, b), {av, bv});
+  EXPECT_EQ(c.shape(), (Shape{2, 3, 2}));
+  for (int64_t i = 0; i < 2; ++i) {
+    Tensor ai = av.view({3, 4}, {4, 1}, i * 12).clone();
+    auto expected = naive_matmul(ai, bv);
+    auto got = c.view({3, 2}, {2, 1}, i * 6).clone();
+    expect_values(got, expected, 1e-10);
+  }
+  verify_grad([](std::vector<Var> x) { return matmul(x[0], x[1]); }, {av, bv});
+  verify_grad([](std::vector<Var> x) { return matmul(x[0], x[1]); }, {av, random_tensor({4}, f64, -1, 1, 7)});
+}
+
+TEST(Blas, ShapeAndTypeErrors) {
+  Var a = matrix("a"), b = matrix("b");
+  Function f = function({a, b}, {dot(a, b)});
+  expect_error<ShapeError>([&] { f(Tensor::zeros({2, 3}), Tensor::zeros({4, 5})); },
+                           {"dot", "(2,3)", "(4,5)", "not aligned", "blas_test.cpp"});
+  expect_error<TypeError>([&] { dot(tensor3("t"), b); }, {"dot", "1-D or 2-D", "matmul"});
+  expect_error<TypeError>([&] { matmul(scalar("s"), b); }, {"matmul", "at least one dimension"});
+}
+
+TEST(Blas, LargeProductMatchesReference) {
+  Var a = matrix("a", f32), b = matrix("b", f32);
+  Tensor av = random_tensor({200, 300}, f32, -1, 1, 8), bv = random_tensor({300, 100}, f32, -1, 1, 9);
+  expect_values(eval1({a, b}, dot(a, b), {av, bv}), naive_matmul(av, bv), 1e-4);
+}

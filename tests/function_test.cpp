@@ -1,0 +1,118 @@
+#include <thread>
+
+#include "test_util.hpp"
+
+using namespace kiln;
+using namespace kiln::test;
+
+TEST(Function, CallForms) {
+  Var x = vector("x"), y = vector("y");
+  Function f = function({x, y}, {x + y, x * y});
+  auto a = f({Tensor::from({1.f, 2.f}, {2}), Tensor::from({3.f, 4.f}, {2})});
+  auto b = f(Tensor::from({1.f, 2.f}, {2}), Tensor::from({3.f, 4.f}, {2}));
+  expect_values(a[0], {4, 6});
+  expect_values(b[1], {3, 8});
+}
+
+TEST(Function, UpdatesAreSimultaneous) {
+  Shared a = shared(Tensor::from({1.0}, {1}), "a");
+  Shared b = shared(Tensor::from({10.0}, {1}), "b");
+  Function f = function({}, {a + b}, {.updates = {{a, b}, {b, a + b}}});
+  auto out = f();
+  expect_values(out[0], {11});
+  expect_values(a.get_value(), {10});
+  expect_values(b.get_value(), {11});
+}
+
+TEST(Function, Givens) {
+  Var x = vector("x", f64), y = vector("y", f64);
+  Function f = function({x}, {x + y}, {.givens = {{y, x * 10.0}}});
+  expect_values(f(Tensor::from({1.0, 2.0}, {2}))[0], {11, 22});
+}
+
+TEST(Function, InputConversionRules) {
+  Var x = vector("x", f64), s = vector("s", f32);
+  Function f = function({x}, {x * 2.0});
+  expect_values(f(Tensor::from(std::vector<int32_t>{1, 2}))[0], {2, 4});
+  expect_values(f(Tensor::from({1.5f}, {1}))[0], {3});
+  Function g = function({s}, {s * 2.0});
+  expect_values(g(Tensor::from(std::vector<int32_t>{3}))[0], {6});
+  expect_error<TypeError>([&] { g(Tensor::from(std::vector<int32_t>{16777217})); }, {"lose information"});
+  expect_error<TypeError>([&] { g(Tensor::from({1.0}, {1})); }, {"input 0", "'s'", "f64", "expected f32"});
+  expect_error<TypeError>([&] { g(Tensor::zeros({1, 1})); }, {"input 0", "expects 1 dimensions"});
+  expect_error<TypeError>([&] { g(); }, {"expects 1 inputs (s), got 0"});
+  Var r = tensor(f32, {true, false}, "r");
+  Function h = function({r}, {r + 1.0});
+  expect_error<ShapeError>([&] { h(Tensor::zeros({2, 3})); }, {"broadcastable dimension 0", "must be 1"});
+}
+
+TEST(Function, TrustInputSkipsChecks) {
+  Var x = vector("x");
+  Function f = function({x}, {x + 1.0});
+  f.trust_input(true);
+  expect_values(f(Tensor::from({1.f}, {1}))[0], {2});
+}
+
+TEST(Function, RunN) {
+  Shared c = shared(Tensor::from({0.0}, {1}), "c");
+  Function f = function({}, {c * 1.0}, {.updates = {{c, c + 1.0}}});
+  auto last = f.run_n(5);
+  expect_values(last[0], {4});
+  expect_values(c.get_value(), {5});
+  Var x = vector("x");
+  Function g = function({x}, {x});
+  expect_error<TypeError>([&] { g.run_n(2); }, {"run_n", "1 explicit inputs"});
+}
+
+TEST(Function, CompileErrorsSayWhichInputOrUpdate) {
+  Var x = vector("x"), y = vector("y");
+  Shared s = shared(Tensor::zeros({2}), "s");
+  expect_error<TypeError>([&] { function({x}, {x + y}); }, {"'y'", "not among the inputs"});
+  expect_error<TypeError>([&] { function({x, y}, {x * 2.0}); }, {"input 1", "'y'", "not used"});
+  EXPECT_NO_THROW(function({x, y}, {x * 2.0}, {.allow_unused_inputs = true}));
+  expect_error<TypeError>([&] { function({s}, {s * 2.0}); }, {"'s'", "shared variable", "implicit"});
+  expect_error<TypeError>([&] { function({x, x}, {x}); }, {"'x'", "twice"});
+  expect_error<TypeError>([&] { function({}, {s}, {.updates = {{s, s + 1.0}, {s, s * 2.0}}}); }, {"'s'", "updated twice"});
+  expect_error<TypeError>([&] { function({}, {s}, {.updates = {{s, cast(s, f64)}}}); }, {"'s'", "f64", "keep the dtype"});
+  expect_error<TypeError>([&] { function({exp(x)}, {x}); }, {"input 0", "computed by exp", "givens"});
+}
+
+TEST(Function, RuntimeErrorsNameOpShapesAndLine) {
+  Var a = matrix("a"), b = matrix("b");
+  Var c = dot(a, b);  const int line = __LINE__;
+  Function f = function({a, b}, {c});
+  expect_error<ShapeError>([&] { f(Tensor::zeros({2, 3}), Tensor::zeros({2, 3})); },
+                           {"dot", "f32(2,3)", "function_test.cpp:" + std::to_string(line)});
+}
+
+TEST(Function, MemoryReport) {
+  Var x = matrix("x", f32);
+  Var h = tanh(x * 2.0);
+  Function f = function({x}, {sum(h * h)});
+  MemoryReport r = f.memory_report({{10, 10}});
+  EXPECT_EQ(r.naive_bytes, 400 * 3 + 4);  // mul, tanh, mul, sum
+  EXPECT_EQ(r.planned_peak_bytes, 800);
+  EXPECT_TRUE(r.unplanned.empty());
+  expect_error<Error>([&] { f.memory_report(); }, {"not been called"});
+  f(Tensor::zeros({10, 10}));
+  EXPECT_EQ(f.memory_report().naive_bytes, r.naive_bytes);
+}
+
+TEST(Function, ConcurrentCalls) {
+  Var x = vector("x", f64);
+  Function f = function({x}, {sum(exp(x) * 2.0)});
+  std::vector<double> results(4);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 50; ++i) results[t] = f(Tensor::full({100}, t, f64))[0].item<double>();
+    });
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 4; ++t) EXPECT_NEAR(results[t], 200 * std::exp(t), 1e-9 * std::exp(t) * 200);
+}
+
+TEST(Function, GraphText) {
+  Var x = vector("x");
+  Function f = function({x}, {exp(x)});
+  EXPECT_NE(f.graph_text().find("exp"), std::string::npos);
+}

@@ -1,0 +1,82 @@
+#include "graph/op.hpp"
+#include "test_util.hpp"
+
+using namespace kiln;
+using namespace kiln::test;
+
+TEST(Grad, PathsAccumulate) {
+  Var x = scalar("x", f64);
+  Var y = x * x + 3.0 * x + exp(x);  // three paths from x
+  Tensor g = eval1({x}, grad(y, x), {Tensor::scalar(2.0)});
+  expect_values(g, {2 * 2 + 3 + std::exp(2.0)});
+}
+
+TEST(Grad, SecondDerivative) {
+  Var x = scalar("x", f64);
+  Var g = grad(x * x * x, x);
+  expect_values(eval1({x}, grad(g, x), {Tensor::scalar(2.0)}), {12});
+}
+
+TEST(Grad, CostMustBeAFloatScalar) {
+  expect_error<GradError>([] { grad(vector("v"), vector("w")); }, {"scalar (0-d)", "sum() or mean()"});
+  Var i = scalar("i", i64);
+  expect_error<GradError>([&] { grad(i * 2, i); }, {"float"});
+}
+
+TEST(Grad, DisconnectedInputRaisesOrGivesZero) {
+  Var x = vector("x", f64), z = vector("z", f64);
+  Var cost = sum(x * 2.0);
+  expect_error<GradError>([&] { grad(cost, {x, z}); }, {"wrt[1]", "'z'", "disconnected", "DisconnectedInputs::zero"});
+  auto gs = grad(cost, {x, z}, {.disconnected_inputs = DisconnectedInputs::zero});
+  auto o = eval({x, z}, gs, {Tensor::from({1.0, 2.0}, {2}), Tensor::from({5.0}, {1})});
+  expect_values(o[0], {2, 2});
+  expect_values(o[1], {0});
+}
+
+TEST(Grad, IntegerInputsGetNoGradient) {
+  Var x = vector("x", f64), k = vector("k", i64);
+  Var cost = sum(x * cast(k, f64));
+  expect_error<GradError>([&] { grad(cost, k); }, {"'k'", "integer"});
+  expect_values(eval1({x, k}, grad(cost, x), {Tensor::from({1.0}, {1}), Tensor::from(std::vector<int64_t>{3})}), {3});
+}
+
+TEST(Grad, Lop) {
+  Var x = vector("x", f64), v = vector("v", f64);
+  Var y = x * x;
+  Tensor g = eval1({x, v}, Lop({y}, {x}, {v})[0], {Tensor::from({1.0, 2.0}, {2}), Tensor::from({1.0, 10.0}, {2})});
+  expect_values(g, {2, 40});
+  expect_error<GradError>([&] { Lop({y}, {x}, {}); }, {"eval points"});
+}
+
+TEST(Grad, IntegerPathsCarryNoGradient) {
+  Var x = vector("x", f64);
+  expect_values(eval1({x}, grad(sum(cast(argmax(x), f64) * x), x), {Tensor::from({1.0, 5.0}, {2})}), {1, 1});
+}
+
+TEST(Grad, NonDifferentiableOpSaysSo) {
+  Var x = matrix("x", f64), y = vector("y", i64);
+  Var g = grad(sum(categorical_crossentropy(softmax(x), y)), x);
+  expect_error<GradError>([&] { grad(sum(g), x); }, {"categorical_crossentropy_grad", "not differentiable", "grad_test.cpp"});
+}
+
+namespace {
+// An op whose gradient is deliberately wrong, so that verify_grad must catch it.
+class WrongSquare final : public Op {
+ public:
+  std::string name() const override { return "wrong_square"; }
+  std::vector<Type> infer_types(const std::vector<Type>& in) const override { return {in[0]}; }
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const override { return {in[0]}; }
+  void perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const override {
+    auto v = in[0].to_vector<double>();
+    for (double& x : v) x *= x;
+    out[0].copy_from(Tensor::from(v, in[0].shape()));
+  }
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& g) const override { return {g[0] * 3.0 * node.inputs[0]}; }
+};
+}  // namespace
+
+TEST(VerifyGrad, CatchesAWrongGradient) {
+  auto fn = [](std::vector<Var> v) { return apply1(std::make_shared<WrongSquare>(), {v[0]}, Loc::current()); };
+  expect_error<GradError>([&] { verify_grad(fn, {Tensor::from({1.0, 2.0}, {2})}); },
+                          {"verify_grad", "input 0", "element 0", "symbolic 3", "numeric 2"});
+}

@@ -1,0 +1,47 @@
+#include "test_util.hpp"
+
+using namespace kiln;
+using namespace kiln::test;
+
+TEST(Nnet, SoftmaxRowsSumToOneAndAreStable) {
+  for (DType dt : {f32, f64}) {
+    Var x = matrix("x", dt);
+    Tensor xv = Tensor::from({1000.0, 1001.0, 1002.0, -5.0, 0.0, 5.0}, {2, 3}).to(dt);
+    auto o = eval({x}, {softmax(x), log_softmax(x), softmax(x, 0)}, {xv});
+    double e0 = std::exp(-2.0), e1 = std::exp(-1.0), z = e0 + e1 + 1;
+    expect_values(o[0], {e0 / z, e1 / z, 1 / z, std::exp(-10.0) / (std::exp(-10.0) + std::exp(-5.0) + 1),
+                         std::exp(-5.0) / (std::exp(-10.0) + std::exp(-5.0) + 1), 1 / (std::exp(-10.0) + std::exp(-5.0) + 1)},
+                  1e-5);
+    expect_values(o[1], {-2 - std::log(z), -1 - std::log(z), -std::log(z), -10 - std::log(1 + std::exp(-5.0) + std::exp(-10.0)),
+                         -5 - std::log(1 + std::exp(-5.0) + std::exp(-10.0)), -std::log(1 + std::exp(-5.0) + std::exp(-10.0))},
+                  1e-5);
+    auto col = o[2].to_vector<double>();
+    EXPECT_NEAR(col[0] + col[3], 1.0, 1e-6);
+  }
+}
+
+TEST(Nnet, CrossEntropyWithLabelsAndDistributions) {
+  Var p = matrix("p", f64), y = vector("y", i64), t = matrix("t", f64);
+  Tensor pv = Tensor::from({0.2, 0.8, 0.6, 0.4}, {2, 2});
+  auto o = eval({p, y, t}, {categorical_crossentropy(p, y), categorical_crossentropy(p, t)},
+                {pv, Tensor::from(std::vector<int64_t>{1, 0}), Tensor::from({0.0, 1.0, 1.0, 0.0}, {2, 2})});
+  expect_values(o[0], {-std::log(0.8), -std::log(0.6)});
+  expect_values(o[1], {-std::log(0.8), -std::log(0.6)});
+  Function f = function({p, y}, {categorical_crossentropy(p, y)});
+  expect_error<ShapeError>([&] { f(pv, Tensor::from(std::vector<int64_t>{1, 2})); }, {"label 2", "[0, 2)"});
+  expect_error<ShapeError>([&] { f(pv, Tensor::from(std::vector<int64_t>{1})); }, {"2 rows", "1 labels"});
+  expect_error<TypeError>([&] { categorical_crossentropy(p, vector("f", f32)); }, {"integer labels"});
+}
+
+TEST(Nnet, Gradients) {
+  for (DType dt : {f64, f32}) {
+    Tensor x = random_tensor({3, 4}, dt, -2, 2);
+    Tensor labels = Tensor::from(std::vector<int64_t>{0, 3, 1});
+    verify_grad([](std::vector<Var> v) { return softmax(v[0]); }, {x});
+    verify_grad([](std::vector<Var> v) { return softmax(v[0], 0); }, {x});
+    verify_grad([](std::vector<Var> v) { return log_softmax(v[0]); }, {x});
+    verify_grad([&](std::vector<Var> v) { return categorical_crossentropy(softmax(v[0]), constant(labels)); }, {x});
+    verify_grad([&](std::vector<Var> v) { return categorical_crossentropy(softmax(v[0]), softmax(v[1])); },
+                {x, random_tensor({3, 4}, dt, -1, 1, 4)});
+  }
+}

@@ -1,0 +1,70 @@
+#include "test_util.hpp"
+
+using namespace kiln;
+using namespace kiln::test;
+
+namespace {
+Tensor m23() { return Tensor::from({1.0, 5.0, 3.0, 4.0, 2.0, 6.0}, {2, 3}); }
+}  // namespace
+
+TEST(Reduce, SumOverAxes) {
+  Var x = matrix("x", f64);
+  auto o = eval({x}, {sum(x), sum(x, {0}), sum(x, {1}), sum(x, {-1}, true)}, {m23()});
+  expect_values(o[0], {21});
+  EXPECT_EQ(o[0].ndim(), 0);
+  expect_values(o[1], {5, 7, 9});
+  expect_values(o[2], {9, 12});
+  EXPECT_EQ(o[3].shape(), (Shape{2, 1}));
+}
+
+TEST(Reduce, MeanMaxMinProdArgmax) {
+  Var x = matrix("x", f64);
+  auto o = eval({x}, {mean(x, {1}), max(x, {0}), min(x), prod(x, {1}), argmax(x, {1}), argmax(x)}, {m23()});
+  expect_values(o[0], {3, 4});
+  expect_values(o[1], {4, 5, 6});
+  expect_values(o[2], {1});
+  expect_values(o[3], {15, 48});
+  EXPECT_EQ(o[4].dtype(), i64);
+  expect_values(o[4], {1, 2});
+  expect_values(o[5], {5});
+}
+
+TEST(Reduce, IntegerSumWidens) {
+  Var x = vector("x", i32);
+  Tensor s = eval1({x}, sum(x), {Tensor::from(std::vector<int32_t>{2000000000, 2000000000})});
+  EXPECT_EQ(s.dtype(), i64);
+  EXPECT_EQ(s.item<int64_t>(), 4000000000LL);
+  EXPECT_EQ(mean(x).dtype(), f64);
+}
+
+TEST(Reduce, FloatSumIsAccurate) {
+  Var x = vector("x", f32);
+  Tensor s = eval1({x}, sum(x), {Tensor::full({1 << 20}, 0.1, f32)});
+  EXPECT_NEAR(s.item<double>(), (1 << 20) * static_cast<double>(0.1f), 1e-2);
+}
+
+TEST(Reduce, Gradients) {
+  for (DType dt : {f64, f32}) {
+    Tensor x = random_tensor({3, 4}, dt, 0.5, 2.0, 3);
+    verify_grad([](std::vector<Var> v) { return sum(v[0], {1}); }, {x});
+    verify_grad([](std::vector<Var> v) { return sum(v[0]); }, {x});
+    verify_grad([](std::vector<Var> v) { return mean(v[0], {0}, true); }, {x});
+    verify_grad([](std::vector<Var> v) { return mean(v[0]); }, {x});
+    verify_grad([](std::vector<Var> v) { return max(v[0], {1}); }, {x});
+    verify_grad([](std::vector<Var> v) { return min(v[0], {0}); }, {x});
+    verify_grad([](std::vector<Var> v) { return prod(v[0], {1}); }, {x});
+  }
+}
+
+TEST(Reduce, BadAxesAreTypeErrors) {
+  Var x = matrix("x");
+  expect_error<TypeError>([&] { sum(x, {2}); }, {"axis 2", "out of range", "2 dimensions"});
+  expect_error<TypeError>([&] { sum(x, {0, 0}); }, {"repeated"});
+  expect_error<TypeError>([&] { argmax(tensor3("t"), {0, 1}); }, {"argmax", "one axis"});
+}
+
+TEST(Reduce, MaxOfEmptyAxisIsAShapeError) {
+  Var x = matrix("x");
+  Function f = function({x}, {max(x, {1})});
+  expect_error<ShapeError>([&] { f(Tensor::zeros({2, 0})); }, {"empty axis"});
+}

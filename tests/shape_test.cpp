@@ -1,0 +1,65 @@
+#include "test_util.hpp"
+
+using namespace kiln;
+using namespace kiln::test;
+
+TEST(Shape, TransposeAndDimshuffleAreViews) {
+  Var x = matrix("x", f64);
+  Tensor xv = Tensor::from({1.0, 2.0, 3.0, 4.0, 5.0, 6.0}, {2, 3});
+  Function f = function({x}, {Out(transpose(x), {.borrow = true})});
+  Tensor t = f(xv)[0];
+  EXPECT_EQ(t.shape(), (Shape{3, 2}));
+  expect_values(t, {1, 4, 2, 5, 3, 6});
+  Tensor d = eval1({x}, dimshuffle(x, {1, -1, 0}), {xv});
+  EXPECT_EQ(d.shape(), (Shape{3, 1, 2}));
+  EXPECT_TRUE(dimshuffle(x, {-1, 0, 1}).type().broadcastable[0]);
+}
+
+TEST(Shape, DimshuffleDropsOnlyBroadcastableAxes) {
+  Var r = tensor(f64, {true, false}, "r");
+  Tensor v = eval1({r}, dimshuffle(r, {1}), {Tensor::from({1.0, 2.0}, {1, 2})});
+  expect_values(v, {1, 2});
+  expect_error<TypeError>([] { dimshuffle(matrix("m"), {1}); }, {"drops axis 0", "not broadcastable"});
+  expect_error<TypeError>([] { dimshuffle(matrix("m"), {0, 0}); }, {"appears twice"});
+}
+
+TEST(Shape, ReshapeAndFlatten) {
+  Var x = tensor3("x", f64);
+  Tensor xv = random_tensor({2, 3, 4}, f64);
+  auto o = eval({x}, {reshape(x, {6, -1}), flatten(x), flatten(x, 2), reshape(x, shape_of(x))}, {xv});
+  EXPECT_EQ(o[0].shape(), (Shape{6, 4}));
+  EXPECT_EQ(o[1].shape(), (Shape{24}));
+  EXPECT_EQ(o[2].shape(), (Shape{2, 12}));
+  EXPECT_EQ(o[3].shape(), (Shape{2, 3, 4}));
+  expect_values(o[1], xv.to_vector<double>());
+}
+
+TEST(Shape, ReshapeOfANonContiguousViewCopies) {
+  Var x = matrix("x", f64);
+  Tensor v = eval1({x}, reshape(transpose(x), {6}), {Tensor::from({1.0, 2.0, 3.0, 4.0, 5.0, 6.0}, {2, 3})});
+  expect_values(v, {1, 4, 2, 5, 3, 6});
+}
+
+TEST(Shape, SymbolicReshape) {
+  Var x = vector("x", f64), n = scalar("n", i64);
+  Tensor v = eval1({x, n}, reshape(x, stack({n, Var(-1)})), {random_tensor({6}), Tensor::scalar<int64_t>(2)});
+  EXPECT_EQ(v.shape(), (Shape{2, 3}));
+  expect_error<TypeError>([&] { reshape(x, vector("s", i64)); }, {"pass ndim"});
+}
+
+TEST(Shape, ReshapeErrors) {
+  Var x = vector("x");
+  Function f = function({x}, {reshape(x, {4, -1})});
+  expect_error<ShapeError>([&] { f(Tensor::zeros({6})); }, {"cannot reshape", "(6,)", "shape_test.cpp"});
+  expect_error<TypeError>([&] { reshape(x, {-1, -1}); }, {"at most one"});
+}
+
+TEST(Shape, Gradients) {
+  for (DType dt : {f64, f32}) {
+    Tensor x = random_tensor({2, 3, 4}, dt);
+    verify_grad([](std::vector<Var> v) { return transpose(v[0]) * 1.5; }, {x});
+    verify_grad([](std::vector<Var> v) { return dimshuffle(v[0], {2, 0, -1, 1}); }, {x});
+    verify_grad([](std::vector<Var> v) { return reshape(v[0], {4, 6}); }, {x});
+    verify_grad([](std::vector<Var> v) { return flatten(transpose(v[0]), 2); }, {x});
+  }
+}
