@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the Debian packages kiln needs when they are missing. With --bench, also the LibTorch
+# peer for the benchmarks. Runs apt-get as root, or through sudo when it is there.
+set -euo pipefail
+packages=(cmake g++ make libgtest-dev libbenchmark-dev zlib1g-dev libeigen3-dev libdnnl-dev dataset-fashion-mnist)
+if [[ "${1:-}" == "--bench" ]]; then
+  packages+=(libtorch-dev)
+fi
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=()
+  [[ $(id -u) -ne 0 ]] && sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}"
+fi
