@@ -7,6 +7,7 @@
 #include "kiln/ops.hpp"
 #include "ops/elemwise.hpp"
 #include "ops/reduce.hpp"
+#include "ops/shape.hpp"
 
 namespace kiln {
 
@@ -205,22 +206,11 @@ std::vector<Var> BatchedMatmul::L_op(const Node& node, const std::vector<Var>& g
           sum_to_shape_of(matmul(swap_last(a, loc), g, loc), b, loc)};
 }
 
-namespace {
-Var pad_front(const Var& v, int64_t ndim, const Loc& loc) {
-  if (v.ndim() == ndim) return v;
-  std::vector<int64_t> pattern(ndim - v.ndim(), -1);
-  for (int64_t i = 0; i < v.ndim(); ++i) pattern.push_back(i);
-  return dimshuffle(v, pattern, loc);
-}
-
-Var float_operand(const Var& v, DType dtype, const Loc& loc) { return cast(v, dtype, loc); }
-}  // namespace
-
 Var dot(const Var& a, const Var& b, Loc loc) {
   if (a.ndim() == 0 || b.ndim() == 0) return elemwise(ScalarOp::mul, {a, b}, loc);
   DType dtype = result_dtype({a, b});
   if (!is_float(dtype)) dtype = DType::f64;
-  return apply1(std::make_shared<Dot>(), {float_operand(a, dtype, loc), float_operand(b, dtype, loc)}, loc);
+  return apply1(std::make_shared<Dot>(), {cast(a, dtype, loc), cast(b, dtype, loc)}, loc);
 }
 
 Var matmul(const Var& a, const Var& b, Loc loc) {
@@ -234,7 +224,7 @@ Var matmul(const Var& a, const Var& b, Loc loc) {
   Var b2 = b.ndim() == 1 ? dimshuffle(b, {0, -1}, loc) : b;
   const int64_t nd = std::max(a2.ndim(), b2.ndim());
   Var c = apply1(std::make_shared<BatchedMatmul>(),
-                 {pad_front(float_operand(a2, dtype, loc), nd, loc), pad_front(float_operand(b2, dtype, loc), nd, loc)}, loc);
+                 {pad_left(cast(a2, dtype, loc), nd, loc), pad_left(cast(b2, dtype, loc), nd, loc)}, loc);
   std::vector<int64_t> keep;
   for (int64_t d = 0; d < nd; ++d)
     if (!((a.ndim() == 1 && d == nd - 2) || (b.ndim() == 1 && d == nd - 1))) keep.push_back(d);

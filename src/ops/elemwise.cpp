@@ -4,6 +4,7 @@
 
 #include "kiln/ops.hpp"
 #include "ops/reduce.hpp"
+#include "ops/shape.hpp"
 #include "ops/scalar_math.hpp"
 #include "tensor/dispatch.hpp"
 #include "tensor/nd_loop.hpp"
@@ -95,20 +96,6 @@ Var cast_to(const Var& v, DType d, const Loc& loc) {
   return apply1(std::make_shared<Elemwise>(ScalarOp::cast, d), {v}, loc);
 }
 
-Var pad_to_ndim(const Var& v, int64_t ndim, const Loc& loc) {
-  if (v.ndim() == ndim) return v;
-  if (const Variable* var = v.get(); var->constant) {
-    Shape shape(ndim - v.ndim(), 1);
-    shape.insert(shape.end(), var->constant->shape().begin(), var->constant->shape().end());
-    Var c = constant(var->constant->reshape(shape));
-    c.get()->weak = var->weak;
-    return c;
-  }
-  std::vector<int64_t> pattern(ndim - v.ndim(), -1);
-  for (int64_t i = 0; i < v.ndim(); ++i) pattern.push_back(i);
-  return dimshuffle(v, pattern, loc);
-}
-
 }  // namespace
 
 DType result_dtype(const std::vector<Var>& inputs) {
@@ -144,7 +131,7 @@ Var elemwise(ScalarOp op, std::vector<Var> inputs, const Loc& loc) {
     Var v = inputs[i];
     if (i >= first_value) v = cast_to(v, common, loc);
     else if (op == ScalarOp::where && v.dtype() != DType::b8) v = elemwise(ScalarOp::ne, {v, Var(0)}, loc);
-    inputs[i] = pad_to_ndim(v, ndim, loc);
+    inputs[i] = pad_left(v, ndim, loc);
   }
   Var out = apply1(std::make_shared<Elemwise>(op), std::move(inputs), loc);
   return out;

@@ -159,6 +159,20 @@ void ShapeOf::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) c
   for (int64_t d = 0; d < in[0].ndim(); ++d) p[d] = in[0].shape()[d];
 }
 
+Var pad_left(const Var& v, int64_t ndim, const Loc& loc) {
+  if (v.ndim() >= ndim) return v;
+  if (const Variable* var = v.get(); var->constant) {
+    Shape shape(ndim - v.ndim(), 1);
+    shape.insert(shape.end(), var->constant->shape().begin(), var->constant->shape().end());
+    Var c = constant(var->constant->reshape(shape));
+    c.get()->weak = var->weak;
+    return c;
+  }
+  std::vector<int64_t> pattern(ndim - v.ndim(), -1);
+  for (int64_t i = 0; i < v.ndim(); ++i) pattern.push_back(i);
+  return dimshuffle(v, pattern, loc);
+}
+
 Var dimshuffle(const Var& x, std::vector<int64_t> pattern, Loc loc) {
   return apply1(std::make_shared<DimShuffle>(std::move(pattern)), {x}, loc);
 }

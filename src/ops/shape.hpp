@@ -47,4 +47,8 @@ class ShapeOf final : public Op {
   std::vector<Var> L_op(const Node&, const std::vector<Var>&) const override { return {Var()}; }
 };
 
+// v with broadcastable axes inserted on the left up to ndim (NumPy's alignment of lower-rank
+// operands); a constant is reshaped directly instead of growing the graph.
+Var pad_left(const Var& v, int64_t ndim, const Loc& loc);
+
 }  // namespace kiln

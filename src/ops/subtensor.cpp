@@ -6,6 +6,7 @@
 #include "kiln/ops.hpp"
 #include "ops/elemwise.hpp"
 #include "ops/reduce.hpp"
+#include "ops/shape.hpp"
 #include "tensor/dispatch.hpp"
 #include "tensor/nd_loop.hpp"
 
@@ -141,13 +142,6 @@ void add_into(Tensor& dst, const Tensor& src) {
   });
 }
 
-Var pad_value(const Var& v, int64_t ndim, const Loc& loc) {
-  if (v.ndim() >= ndim) return v;
-  std::vector<int64_t> pattern(ndim - v.ndim(), -1);
-  for (int64_t i = 0; i < v.ndim(); ++i) pattern.push_back(i);
-  return dimshuffle(v, pattern, loc);
-}
-
 }  // namespace
 
 std::string Subtensor::name() const { return "subtensor[" + entries_str(entries_) + "]"; }
@@ -201,7 +195,7 @@ std::vector<Var> IncSubtensor::L_op(const Node& node, const std::vector<Var>& go
   Var region = apply1(std::make_shared<Subtensor>(entries_), {g}, loc);
   Var gx = set_ ? apply1(std::make_shared<IncSubtensor>(entries_, true), {g, constant(Tensor::zeros({}, g.dtype()))}, loc) : g;
   const Var& y = node.inputs[1];
-  Var gy = sum_to_shape_of(region, pad_value(y, region.ndim(), loc), loc);
+  Var gy = sum_to_shape_of(region, pad_left(y, region.ndim(), loc), loc);
   if (y.ndim() < region.ndim()) {
     std::vector<int64_t> lead;
     for (int64_t d = 0; d < region.ndim() - y.ndim(); ++d) lead.push_back(d);
@@ -324,7 +318,7 @@ std::vector<Var> TakeInc::L_op(const Node& node, const std::vector<Var>& gouts) 
     rows = rows * dimshuffle(last, pattern, loc);
   }
   const Var& y = node.inputs[1];
-  Var gy = sum_to_shape_of(rows, pad_value(y, rows.ndim(), loc), loc);
+  Var gy = sum_to_shape_of(rows, pad_left(y, rows.ndim(), loc), loc);
   if (y.ndim() < rows.ndim()) {
     std::vector<int64_t> lead;
     for (int64_t d = 0; d < rows.ndim() - y.ndim(); ++d) lead.push_back(d);
