@@ -45,6 +45,10 @@ class Variable {
 
 class Node : public std::enable_shared_from_this<Node> {
  public:
+  Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+  ~Node();  // iterative: a chain of 100k nodes must not recurse once per node
   std::shared_ptr<const Op> op;
   std::vector<Var> inputs;
   std::vector<std::unique_ptr<Variable>> outputs;

@@ -25,6 +25,21 @@ std::string Variable::label() const {
   return "v" + std::to_string(id);
 }
 
+Node::~Node() {
+  // Inputs whose node dies with them hand their own inputs over first, so that each nested
+  // destructor finds nothing left to release.
+  std::vector<Var> pending = std::move(inputs);
+  while (!pending.empty()) {
+    Var v = std::move(pending.back());
+    pending.pop_back();
+    if (v.get() && v.get()->owner && v.ptr().use_count() == 1) {
+      auto& upstream = v.get()->owner->inputs;
+      for (Var& in : upstream) pending.push_back(std::move(in));
+      upstream.clear();
+    }
+  }
+}
+
 Var Node::output(size_t i) {
   // Aliasing constructor: the Var keeps the whole node (and so its inputs) alive.
   return Var(std::shared_ptr<Variable>(shared_from_this(), outputs.at(i).get()));
