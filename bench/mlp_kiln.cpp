@@ -1,5 +1,7 @@
 #include <kiln/kiln.hpp>
 
+#include <cstdlib>
+
 #include "mlp_common.hpp"
 
 using namespace kiln;
@@ -31,9 +33,18 @@ double train_throughput(const std::vector<int64_t>& layers, int64_t batch, const
 
 }  // namespace
 
-int main() {
+// With arguments (model name, batch, threads) it runs that one configuration, for profiling.
+int main(int argc, char** argv) {
   const Tensor data = Tensor::from(bench::random_inputs(), {bench::kExamples, bench::kInputs});
   const Tensor labels = Tensor::from(bench::random_labels(), {bench::kExamples});
+  if (argc == 4) {
+    set_num_threads(std::atoi(argv[3]));
+    for (const auto& layers : bench::models())
+      if (bench::model_name(layers) == argv[1])
+        std::printf("mlp %s %s %s %.0f\n", argv[1], argv[2], argv[3],
+                    train_throughput(layers, std::atoll(argv[2]), data, labels));
+    return 0;
+  }
   for (int threads : {1, 2}) {
     set_num_threads(threads);
     for (const auto& layers : bench::models())

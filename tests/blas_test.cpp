@@ -83,3 +83,16 @@ TEST(Blas, LargeProductMatchesReference) {
   Tensor av = random_tensor({200, 300}, f32, -1, 1, 8), bv = random_tensor({300, 100}, f32, -1, 1, 9);
   expect_values(eval1({a, b}, dot(a, b), {av, bv}), naive_matmul(av, bv), 1e-4);
 }
+
+TEST(Blas, RankOneProductsInEveryLayout) {
+  // k = 1 takes the outer-product kernel: column x row, from plain and transposed storage.
+  for (DType dt : {f32, f64}) {
+    Var c = matrix("c", dt), r = matrix("r", dt), cT = matrix("cT", dt), rT = matrix("rT", dt);
+    Tensor cv = random_tensor({7, 1}, dt, -1, 1, 1), rv = random_tensor({1, 9}, dt, -1, 1, 2);
+    auto expected = naive_matmul(cv, rv);
+    auto o = eval({c, r, cT, rT}, {dot(c, r), dot(transpose(cT), transpose(rT)), dot(transpose(cT), r)},
+                  {cv, rv, cv.reshape({1, 7}), rv.reshape({9, 1})});
+    for (const Tensor& t : o) expect_values(t, expected, dt == f32 ? 1e-6 : 1e-12);
+  }
+  verify_grad([](std::vector<Var> v) { return dot(v[0], v[1]); }, {random_tensor({5, 1}), random_tensor({1, 4}, f64, -1, 1, 3)});
+}

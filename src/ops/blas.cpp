@@ -55,6 +55,26 @@ void eigen_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, cons
   else run(ColMajorMap<T>(a, m, k, Eigen::OuterStride<>(lda)), ColMajorMap<T>(b, k, n, Eigen::OuterStride<>(ldb)));
 }
 
+// C = alpha * a b^T + beta * C for a column a (m) and a row b (n): the weight gradient of a
+// single example. A plain vectorized loop; general GEMM kernels pack and zero C first.
+template <class T>
+void rank1_update(int64_t m, int64_t n, T alpha, const T* a, int64_t sa, const T* b, int64_t sb, T beta, T* c, int64_t ldc) {
+  std::vector<T> row;
+  if (sb != 1) {
+    row.resize(n);
+    for (int64_t j = 0; j < n; ++j) row[j] = b[j * sb];
+    b = row.data();
+  }
+  for (int64_t i = 0; i < m; ++i) {
+    const T ai = alpha * a[i * sa];
+    T* ci = c + i * ldc;
+    if (beta == T(0))
+      for (int64_t j = 0; j < n; ++j) ci[j] = ai * b[j];
+    else
+      for (int64_t j = 0; j < n; ++j) ci[j] = beta * ci[j] + ai * b[j];
+  }
+}
+
 // oneDNN's JIT gemm wins once there are enough rows to fill its AVX-512 tiles; Eigen's
 // matrix-vector kernels win for single rows/columns (MACHINE-FACTS.md, bench/gemm).
 bool use_onednn(int64_t m, int64_t n, int64_t k) { return m >= 8 && n >= 8 && k >= 8; }
@@ -71,6 +91,16 @@ void gemm(bool ta_in, bool tb_in, int64_t m, int64_t n, int64_t k, double alpha,
   if (k == 0) {
     if (beta == 0.0) c.copy_from(Tensor::zeros(c.shape(), c.dtype()));
     return;
+  }
+  if (k == 1) {
+    // op(A) is m x 1: row-major with stride lda, or stored as 1 x m; op(B) is 1 x n likewise.
+    const int64_t sa = ta ? 1 : a.ld, sb = tb ? b.ld : 1;
+    if (c.dtype() == DType::f32)
+      return rank1_update<float>(m, n, static_cast<float>(alpha), a.storage.data<float>(), sa, b.storage.data<float>(), sb,
+                                 static_cast<float>(beta), c.data<float>(), ldc);
+    if (c.dtype() == DType::f64)
+      return rank1_update<double>(m, n, alpha, a.storage.data<double>(), sa, b.storage.data<double>(), sb, beta,
+                                  c.data<double>(), ldc);
   }
   if (c.dtype() == DType::f32) {
     const float* pa = a.storage.data<float>();

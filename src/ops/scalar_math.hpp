@@ -11,7 +11,9 @@ namespace kiln::fastmath {
 // compiler can vectorize; libm's expf is a scalar call. Results below 2^-126 flush to zero.
 inline float exp_f32(float x) {
   const float clamped = std::min(std::max(x, -87.3f), 88.7f);
-  const float n = std::floor(clamped * 1.44269504088896341f + 0.5f);
+  // Round to nearest by adding and removing 1.5 * 2^23 (|v| < 2^22 here): std::floor would keep
+  // GCC from vectorizing the loop under the default trapping-math rules.
+  const float n = (clamped * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   float r = clamped - n * 0.693359375f;
   r = r + n * 2.12194440e-4f;
   float p = 1.9875691500e-4f;
@@ -34,7 +36,8 @@ inline float tanh_f32(float x) {
   const float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z +
                         1.33314422036e-1f) * z - 3.33332819422e-1f) * z * x + x;
   const float e = exp_f32(2.0f * std::min(ax, 20.0f));
-  const float big = std::copysign(1.0f - 2.0f / (e + 1.0f), x);
+  const float magnitude = 1.0f - 2.0f / (e + 1.0f);
+  const float big = x < 0.0f ? -magnitude : magnitude;
   return ax < 0.625f ? small : big;
 }
 
