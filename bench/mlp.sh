@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds and runs the MLP benchmark for kiln and LibTorch in one run and prints the table.
 # kiln runs with no environment variable; LibTorch gets its best settings (MACHINE-FACTS.md):
-# OPENBLAS_CORETYPE=SkylakeX always, OMP_WAIT_POLICY=PASSIVE at 2 threads.
+# OPENBLAS_CORETYPE=SkylakeX always, OMP_WAIT_POLICY=PASSIVE at 2 threads. Debian's LibTorch calls
+# a pthread OpenBLAS that torch::set_num_threads does not limit, so OPENBLAS_NUM_THREADS holds each
+# row to the number of threads its label says (without it the "1 thread" row uses both cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --bench
@@ -10,8 +12,8 @@ cmake --build build-bench -j2 >/dev/null
 out=$(mktemp -d)
 env -u OPENBLAS_CORETYPE -u OMP_WAIT_POLICY -u OMP_NUM_THREADS ./build-bench/bench/bench_mlp_kiln >"$out/kiln"
 if [[ -x build-bench/bench/bench_mlp_torch ]]; then
-  OPENBLAS_CORETYPE=SkylakeX ./build-bench/bench/bench_mlp_torch 1 >"$out/torch"
-  OPENBLAS_CORETYPE=SkylakeX OMP_WAIT_POLICY=PASSIVE ./build-bench/bench/bench_mlp_torch 2 >>"$out/torch"
+  OPENBLAS_CORETYPE=SkylakeX OPENBLAS_NUM_THREADS=1 ./build-bench/bench/bench_mlp_torch 1 >"$out/torch"
+  OPENBLAS_CORETYPE=SkylakeX OPENBLAS_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE ./build-bench/bench/bench_mlp_torch 2 >>"$out/torch"
 else
   : >"$out/torch"
 fi

@@ -76,8 +76,8 @@ void rank1_update(int64_t m, int64_t n, T alpha, const T* a, int64_t sa, const T
 }
 
 // oneDNN's JIT gemm wins once there are enough rows to fill its AVX-512 tiles; Eigen's
-// matrix-vector kernels win for single rows/columns (MACHINE-FACTS.md, bench/gemm).
-bool use_onednn(int64_t m, int64_t n, int64_t k) { return m >= 8 && n >= 8 && k >= 8; }
+// matrix-vector kernels win for single rows and for depth below 16 (bench/gemm.cpp, docs/performance.md).
+bool use_onednn(int64_t m, int64_t n, int64_t k) { return m >= 8 && n >= 8 && k >= 16; }
 
 }  // namespace
 
