@@ -2,9 +2,7 @@
 // The benchmark of the Theano paper (Bastien et al. 2012, section 5): training throughput of
 // logistic regression 784-10, MLP 784-500-10 and MLP 784-1000-1000-1000-10; tanh hidden units,
 // softmax + NLL averaged over the batch, plain SGD with learning rate 0.01, f32, 6000 random
-// examples held in memory and cycled. Both peers print the same lines:
-//   mlp <layers> <batch> <threads> <examples per second>
-//   tiny <threads> <microseconds per call>
+// examples held in memory and cycled. Both peers take the same command line and print one number.
 #include <chrono>
 #include <cstdint>
 #include <cstdio>

@@ -33,28 +33,27 @@ double train_throughput(const std::vector<int64_t>& layers, int64_t batch, const
 
 }  // namespace
 
-// With arguments (model name, batch, threads) it runs that one configuration, for profiling.
+// Arguments: "mlp MODEL BATCH THREADS" runs one training configuration, "tiny THREADS" the
+// per-call timing; bench/mlp.sh alternates these with LibTorch's so both see the same machine.
 int main(int argc, char** argv) {
-  const Tensor data = Tensor::from(bench::random_inputs(), {bench::kExamples, bench::kInputs});
-  const Tensor labels = Tensor::from(bench::random_labels(), {bench::kExamples});
-  if (argc == 4) {
-    set_num_threads(std::atoi(argv[3]));
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "mlp" && argc == 5) {
+    const Tensor data = Tensor::from(bench::random_inputs(), {bench::kExamples, bench::kInputs});
+    const Tensor labels = Tensor::from(bench::random_labels(), {bench::kExamples});
+    set_num_threads(std::atoi(argv[4]));
     for (const auto& layers : bench::models())
-      if (bench::model_name(layers) == argv[1])
-        std::printf("mlp %s %s %s %.0f\n", argv[1], argv[2], argv[3],
-                    train_throughput(layers, std::atoll(argv[2]), data, labels));
+      if (bench::model_name(layers) == argv[2])
+        std::printf("%.0f\n", train_throughput(layers, std::atoll(argv[3]), data, labels));
     return 0;
   }
-  for (int threads : {1, 2}) {
-    set_num_threads(threads);
-    for (const auto& layers : bench::models())
-      for (int64_t batch : bench::batch_sizes())
-        std::printf("mlp %s %lld %d %.0f\n", bench::model_name(layers).c_str(), static_cast<long long>(batch), threads,
-                    train_throughput(layers, batch, data, labels));
+  if (mode == "tiny" && argc == 3) {
+    set_num_threads(std::atoi(argv[2]));
     Var x = vector("x");
     Function tiny = function({x}, {2.0 * x + 1.0});
     Tensor v = Tensor::ones({10});
-    std::printf("tiny %d %.3f\n", threads, bench::microseconds_per_call([&] { tiny(v); }));
-    std::fflush(stdout);
+    std::printf("%.3f\n", bench::microseconds_per_call([&] { tiny(v); }));
+    return 0;
   }
+  std::fprintf(stderr, "usage: %s mlp MODEL BATCH THREADS | tiny THREADS\n", argv[0]);
+  return 2;
 }

@@ -256,8 +256,8 @@ void map_where(Tensor& out, const Tensor& c, const Tensor& a, const Tensor& b) {
   });
 }
 
-constexpr int64_t kCheap = 1 << 15;
-constexpr int64_t kCostly = 1 << 11;
+constexpr int64_t kCheap = 1 << 16;
+constexpr int64_t kCostly = 1 << 14;
 
 template <class T> void perform_unary(ScalarOp op, Tensor& out, const Tensor& a) {
   auto run = [&](auto f, int64_t threshold = kCheap) { map1<T, T>(out, a, f, threshold); };
