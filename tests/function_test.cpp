@@ -116,3 +116,25 @@ TEST(Function, GraphText) {
   Function f = function({x}, {exp(x)});
   EXPECT_NE(f.graph_text().find("exp"), std::string::npos);
 }
+
+TEST(Function, EmptyFunctionSaysSo) {
+  Function f;
+  expect_error<Error>([&] { f(); }, {"empty", "kiln::function"});
+  expect_error<Error>([&] { f.run_n(1); }, {"empty"});
+}
+
+TEST(Function, ConcurrentUpdatesAreSafe) {
+  // Several threads train one shared counter: every value assigned is whole (no torn handles);
+  // concurrent updates may overwrite each other, so only the bounds are certain.
+  Shared c = shared(Tensor::from({0.0}, {1}), "c");
+  Function step = function({}, {}, {.updates = {{c, c + 1.0}}});
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&] {
+      for (int i = 0; i < 200; ++i) step();
+    });
+  for (auto& th : threads) th.join();
+  const double v = c.get_value().item<double>();
+  EXPECT_GE(v, 200);
+  EXPECT_LE(v, 800);
+}

@@ -78,7 +78,7 @@ class Function {
   MemoryReport memory_report() const;  // for the last call's input shapes
   MemoryReport memory_report(const std::vector<Shape>& input_shapes) const;
   std::string graph_text() const;
-  const FunctionImpl& impl() const { return *impl_; }
+  const FunctionImpl& impl() const;  // throws for a default-constructed Function
 
  private:
   friend Function function(std::vector<In>, std::vector<Out>, FunctionOptions);

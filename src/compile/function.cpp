@@ -142,8 +142,13 @@ Function function(std::vector<In> inputs, std::vector<Out> outputs, FunctionOpti
   return fn;
 }
 
+const FunctionImpl& Function::impl() const {
+  if (!impl_) throw Error("Function: this Function is empty (default-constructed); build it with kiln::function(...)");
+  return *impl_;
+}
+
 std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const {
-  const FunctionImpl& f = *impl_;
+  const FunctionImpl& f = impl();
   const Program& p = f.program;
   if (args.size() != f.inputs.size()) {
     std::string names;
@@ -153,7 +158,8 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
   }
   std::vector<Tensor> slots(p.n_slots);
   for (size_t i = 0; i < args.size(); ++i) slots[p.input_slots[i]] = f.trust_input ? args[i] : check_input(f, i, args[i]);
-  for (const auto& [s, container] : p.shared_slots) slots[s] = container->value;
+  std::vector<Tensor> old_shared;
+  for (const auto& [s, container] : p.shared_slots) old_shared.push_back(slots[s] = container->load());
   for (const auto& [s, value] : p.constant_slots) slots[s] = value;
   {
     std::lock_guard lock(f.last_shapes_mutex);
@@ -163,8 +169,6 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
   }
   std::vector<Tensor> protected_values(args.begin(), args.end());
   for (const auto& [s, value] : p.constant_slots) protected_values.push_back(value);
-  std::vector<Tensor> old_shared;
-  for (const auto& [s, container] : p.shared_slots) old_shared.push_back(container->value);
 
   f.runtime->run(p, slots);
 
@@ -180,7 +184,7 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
       aliased |= p.shared_slots[i].second != self && t.shares_memory(old_shared[i]);
     new_values.push_back(aliased ? t.clone() : t);
   }
-  for (size_t k = 0; k < f.updates.size(); ++k) f.updates[k].first.get()->shared->value = new_values[k];
+  for (size_t k = 0; k < f.updates.size(); ++k) f.updates[k].first.get()->shared->store(new_values[k]);
 
   std::vector<Tensor> results;
   for (size_t j = 0; j < n_out; ++j) {
@@ -195,12 +199,13 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
 }
 
 Function& Function::trust_input(bool trust) {
+  impl();
   impl_->trust_input = trust;
   return *this;
 }
 
 std::vector<Tensor> Function::run_n(int64_t n) const {
-  if (!impl_->inputs.empty())
+  if (!impl().inputs.empty())
     throw TypeError("run_n: the function has " + std::to_string(impl_->inputs.size()) +
                     " explicit inputs; run_n is for functions whose inputs are all shared variables or givens");
   if (n < 1) throw TypeError("run_n: n must be at least 1, got " + std::to_string(n));
@@ -210,6 +215,7 @@ std::vector<Tensor> Function::run_n(int64_t n) const {
 }
 
 MemoryReport Function::memory_report() const {
+  impl();
   std::vector<Shape> shapes;
   {
     std::lock_guard lock(impl_->last_shapes_mutex);
@@ -221,7 +227,7 @@ MemoryReport Function::memory_report() const {
 }
 
 MemoryReport Function::memory_report(const std::vector<Shape>& input_shapes) const {
-  const FunctionImpl& f = *impl_;
+  const FunctionImpl& f = impl();
   const Program& p = f.program;
   if (input_shapes.size() != f.inputs.size())
     throw TypeError("memory_report: expects " + std::to_string(f.inputs.size()) + " input shapes, got " +
@@ -231,8 +237,9 @@ MemoryReport Function::memory_report(const std::vector<Shape>& input_shapes) con
   std::vector<const Tensor*> value(p.n_slots, nullptr);
   for (size_t i = 0; i < input_shapes.size(); ++i) shape[p.input_slots[i]] = input_shapes[i];
   for (const auto& [s, c] : p.shared_slots) {
-    shape[s] = c->value.shape();
-    r.persistent_bytes += static_cast<int64_t>(c->value.nbytes());
+    const Tensor value = c->load();
+    shape[s] = value.shape();
+    r.persistent_bytes += static_cast<int64_t>(value.nbytes());
   }
   for (const auto& [s, v] : p.constant_slots) {
     shape[s] = v.shape();

@@ -1,6 +1,7 @@
 #pragma once
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <source_location>
 #include <string>
@@ -13,8 +14,21 @@ namespace kiln {
 class Op;
 
 // The value of a shared variable, kiln's memory space. Never aliased to another shared variable.
-struct SharedContainer {
-  Tensor value;
+// Loads and stores are synchronized, so functions may run on several threads at once.
+class SharedContainer {
+ public:
+  Tensor load() const {
+    std::lock_guard lock(mutex_);
+    return value_;
+  }
+  void store(Tensor value) {
+    std::lock_guard lock(mutex_);
+    value_ = std::move(value);
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  Tensor value_;
 };
 
 // True when value overlaps the buffer of a shared variable other than self.

@@ -48,7 +48,9 @@ bool aliases_another_shared(const SharedContainer* self, const Tensor& value) {
   std::lock_guard lock(r.mutex);
   for (const auto& w : r.all) {
     auto c = w.lock();
-    if (c && c.get() != self && c->value.defined() && c->value.shares_memory(value)) return true;
+    if (!c || c.get() == self) continue;
+    const Tensor other = c->load();
+    if (other.defined() && other.shares_memory(value)) return true;
   }
   return false;
 }
@@ -59,13 +61,13 @@ Shared shared(const Tensor& value, std::string name, SharedOptions options) {
   v->name = std::move(name);
   v->shared = std::make_shared<SharedContainer>();
   const bool keep_buffer = options.borrow && !aliases_another_shared(nullptr, value);
-  v->shared->value = keep_buffer ? value.alias() : value.clone();
+  v->shared->store(keep_buffer ? value.alias() : value.clone());
   register_container(v->shared);
   return Shared(std::move(v));
 }
 
 Tensor Shared::get_value(GetValueOptions options) const {
-  const Tensor& internal = container_of(*this).value;
+  const Tensor internal = container_of(*this).load();
   if (options.return_internal_type) return options.borrow ? internal : internal.clone();
   return options.borrow ? internal.alias() : internal.clone();
 }
@@ -75,10 +77,10 @@ void Shared::set_value(const Tensor& value, SetValueOptions options) {
   Tensor checked = checked_value(*get(), value, "set_value");
   const bool converted = !checked.same_storage(value);
   if (converted) {
-    c.value = checked;
+    c.store(checked);
   } else {
     const bool keep_buffer = options.borrow && !aliases_another_shared(&c, value);
-    c.value = keep_buffer ? value.alias() : value.clone();
+    c.store(keep_buffer ? value.alias() : value.clone());
   }
 }
 
