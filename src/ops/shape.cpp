@@ -133,11 +133,12 @@ std::vector<Shape> Reshape::infer_shapes(const std::vector<Shape>& in, const std
 }
 
 void Reshape::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
-  std::vector<const Tensor*> values{&in[0]};
-  Shape shape_in1;
-  if (in.size() == 2) values.push_back(&in[1]);
-  std::vector<Shape> shapes{in[0].shape()};
-  if (in.size() == 2) shapes.push_back(in[1].shape());
+  std::vector<const Tensor*> values;
+  std::vector<Shape> shapes;
+  for (const Tensor& t : in) {
+    values.push_back(&t);
+    shapes.push_back(t.shape());
+  }
   out[0] = in[0].reshape(infer_shapes(shapes, values)[0]);
 }
 

@@ -131,10 +131,9 @@ void add_into(Tensor& dst, const Tensor& src) {
     if constexpr (std::is_same_v<T, bool>) {
       throw TypeError("inc_subtensor: cannot increment b8 values");
     } else {
-      const Tensor& s = src;
-      T* pd = reinterpret_cast<T*>(dst.storage()->data()) ;
-      const T* ps = reinterpret_cast<const T*>(s.storage()->data());
-      auto loop = collapse_loop<2>(dst.shape(), {dst.strides(), s.strides()}, {dst.offset(), s.offset()});
+      T* pd = reinterpret_cast<T*>(dst.storage()->data());
+      const T* ps = reinterpret_cast<const T*>(src.storage()->data());
+      auto loop = collapse_loop<2>(dst.shape(), {dst.strides(), src.strides()}, {dst.offset(), src.offset()});
       run_loop(loop, [&](int64_t n, std::array<int64_t, 2> off, std::array<int64_t, 2> st) {
         for (int64_t i = 0; i < n; ++i) pd[off[0] + i * st[0]] += ps[off[1] + i * st[1]];
       });
