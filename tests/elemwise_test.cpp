@@ -195,3 +195,12 @@ TEST(Elemwise, ZerosAndOnesLike) {
   expect_values(outs[0], {0, 0, 0, 0});
   expect_values(outs[1], {1, 1, 1, 1});
 }
+
+TEST(Elemwise, CastGradient) {
+  verify_grad([](std::vector<Var> v) { return cast(cast(v[0], f32) * 2.0, f64); }, {random_tensor({4}, f64)},
+              {.eps = 1e-3, .abs_tol = 1e-3, .rel_tol = 1e-3});  // the value passes through f32
+  verify_grad([](std::vector<Var> v) { return cast(v[0], f64) * v[0]; }, {random_tensor({4}, f32)});
+  // Through an integer cast no gradient flows: the path is disconnected.
+  Var x = vector("x", f64);
+  expect_error<GradError>([&] { grad(sum(cast(x, i64)), x); }, {"disconnected"});
+}
