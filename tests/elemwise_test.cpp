@@ -202,5 +202,5 @@ TEST(Elemwise, CastGradient) {
   verify_grad([](std::vector<Var> v) { return cast(v[0], f64) * v[0]; }, {random_tensor({4}, f32)});
   // Through an integer cast no gradient flows: the path is disconnected.
   Var x = vector("x", f64);
-  expect_error<GradError>([&] { grad(sum(cast(x, i64)), x); }, {"disconnected"});
+  expect_error<GradError>([&] { grad(sum(cast(cast(x, i64), f64)), x); }, {"disconnected"});
 }
