@@ -16,6 +16,12 @@ set(KILN_SOURCES
   src/ops/join.cpp
   src/ops/nnet.cpp
   src/grad/grad.cpp
+  src/rewrite/engine.cpp
+  src/rewrite/patterns.cpp
+  src/rewrite/catalogue.cpp
+  src/rewrite/merge.cpp
+  src/rewrite/constant_folding.cpp
+  src/rewrite/canonicalize.cpp
   src/compile/verify_grad.cpp
   src/compile/mode.cpp
   src/compile/runtime.cpp

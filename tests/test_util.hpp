@@ -2,6 +2,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -44,6 +48,26 @@ inline Tensor random_tensor(const Shape& shape, DType dtype = DType::f64, double
   }
   return Tensor::from(v, shape).to(dtype);
 }
+
+// How many nodes of each op (by printed name, parameters stripped) the compiled graph holds.
+inline std::map<std::string, int> op_counts(const Function& f) {
+  std::map<std::string, int> counts;
+  std::set<std::string> seen;
+  std::istringstream lines(f.graph_text());
+  std::string line;
+  static const std::regex node(R"(([A-Za-z_0-9]+)(\{[^ ]*\}|\[[^ ]*\]|\([^ ]*\))? \[id ([A-Z]+)\])");
+  std::smatch m;
+  while (std::getline(lines, line))
+    if (std::regex_search(line, m, node) && seen.insert(m[3]).second) ++counts[m[1]];
+  return counts;
+}
+
+inline int count_op(const Function& f, const std::string& name) {
+  auto c = op_counts(f);
+  return c.count(name) ? c[name] : 0;
+}
+
+inline Mode plain_mode() { return Mode("plain", {}); }
 
 template <class E, class F> void expect_error(F&& f, const std::vector<std::string>& fragments) {
   try {

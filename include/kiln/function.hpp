@@ -30,9 +30,11 @@ using Updates = std::vector<std::pair<Shared, Var>>;
 using Givens = std::vector<std::pair<Var, Var>>;
 
 // A mode is an ordered list of named rewrite groups run on the function's graph before it is
-// compiled. The catalogue of rewrites is still empty: every mode currently runs the graph as built.
+// compiled (docs/rewrites.md lists the catalogue).
 class Mode {
  public:
+  // Any ordered list of groups: Mode("plain", {}) compiles the graph as built.
+  Mode(std::string name, std::vector<std::string> groups) : name_(std::move(name)), groups_(std::move(groups)) {}
   static Mode fast_run();
   static Mode fast_compile();
   static Mode debug();
@@ -40,7 +42,6 @@ class Mode {
   const std::vector<std::string>& groups() const { return groups_; }
 
  private:
-  Mode(std::string name, std::vector<std::string> groups) : name_(std::move(name)), groups_(std::move(groups)) {}
   std::string name_;
   std::vector<std::string> groups_;
 };
@@ -61,6 +62,21 @@ struct MemoryReport {
   std::vector<std::string> unplanned;  // values whose size depends on data (known only at run time)
 };
 
+// How often each rewrite fired while compiling, and the time it took.
+struct RewriteStat {
+  std::string group;
+  std::string name;
+  int64_t fired = 0;
+  double seconds = 0;
+};
+struct CompileReport {
+  std::vector<RewriteStat> rewrites;
+  double seconds = 0;     // the whole of function(...)
+  int64_t nodes_before = 0;
+  int64_t nodes_after = 0;
+  std::string str() const;  // a table
+};
+
 struct FunctionImpl;
 
 class Function {
@@ -78,6 +94,7 @@ class Function {
   MemoryReport memory_report() const;  // for the last call's input shapes
   MemoryReport memory_report(const std::vector<Shape>& input_shapes) const;
   std::string graph_text() const;
+  const CompileReport& compile_report() const;
   const FunctionImpl& impl() const;  // throws for a default-constructed Function
 
  private:

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <optional>
 #include <iostream>
@@ -9,6 +10,7 @@
 
 #include "compile/program.hpp"
 #include "graph/op.hpp"
+#include "rewrite/engine.hpp"
 #include "kiln/function.hpp"
 #include "tensor/convert.hpp"
 
@@ -27,6 +29,7 @@ struct FunctionImpl {
   mutable std::mutex last_shapes_mutex;
   mutable std::vector<Shape> last_shapes;
   mutable bool called = false;
+  CompileReport report;
 };
 
 namespace {
@@ -131,11 +134,19 @@ Function function(std::vector<In> inputs, std::vector<Out> outputs, FunctionOpti
   for (const Out& out : f->outputs) result_vars.push_back(out.variable);
   for (const auto& u : f->updates) result_vars.push_back(u.second);
 
+  const auto start = std::chrono::steady_clock::now();
   f->graph = std::make_unique<FunctionGraph>(input_vars, result_vars, options.givens);
   trace_stage("clone", f->graph->outputs());
   check_leaves(*f->graph, f->inputs, options.allow_unused_inputs);
+  f->report.nodes_before = static_cast<int64_t>(f->graph->toposort().size());
+  for (const std::string& group : f->mode.groups()) {
+    apply_group(*f->graph, rewrite_group(group), f->report);
+    trace_stage(group.c_str(), f->graph->outputs());
+  }
+  f->report.nodes_after = static_cast<int64_t>(f->graph->toposort().size());
   f->program = emit_program(*f->graph, f->graph->outputs());
   f->runtime = make_collecting_runtime();
+  f->report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   Function fn;
   fn.impl_ = std::move(f);
@@ -291,6 +302,8 @@ MemoryReport Function::memory_report(const std::vector<Shape>& input_shapes) con
   r.lower_bound_bytes = r.planned_peak_bytes;
   return r;
 }
+
+const CompileReport& Function::compile_report() const { return impl().report; }
 
 std::string Function::graph_text() const {
   std::ostringstream s;

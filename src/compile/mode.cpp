@@ -1,9 +1,19 @@
+#include <sstream>
+
 #include "kiln/function.hpp"
 
 namespace kiln {
 
-Mode Mode::fast_run() { return Mode("fast_run", {}); }
-Mode Mode::fast_compile() { return Mode("fast_compile", {}); }
-Mode Mode::debug() { return Mode("debug", {}); }
+Mode Mode::fast_run() { return Mode("fast_run", {"merge", "constant_folding", "canonicalize", "merge"}); }
+Mode Mode::fast_compile() { return Mode("fast_compile", {"merge", "constant_folding"}); }
+Mode Mode::debug() { return Mode("debug", fast_run().groups()); }
+
+std::string CompileReport::str() const {
+  std::ostringstream s;
+  s << "compiled in " << seconds * 1e3 << " ms; nodes " << nodes_before << " -> " << nodes_after << "\n";
+  for (const RewriteStat& r : rewrites)
+    s << "  " << r.group << "/" << r.name << ": fired " << r.fired << ", " << r.seconds * 1e3 << " ms\n";
+  return s.str();
+}
 
 }  // namespace kiln

@@ -66,6 +66,7 @@ FunctionGraph::FunctionGraph(std::vector<Var> inputs, const std::vector<Var>& ou
     }
   }
   for (const Var& out : outputs) outputs_.push_back(lookup(out));
+  prune();
 }
 
 std::vector<Node*> FunctionGraph::toposort() const { return topological_order(outputs_); }
@@ -82,25 +83,52 @@ std::vector<Variable*> FunctionGraph::leaves() const {
   return out;
 }
 
-std::vector<std::pair<Node*, int>> FunctionGraph::clients(const Variable* v) const {
-  std::vector<std::pair<Node*, int>> out;
-  for (Node* n : toposort())
-    for (size_t i = 0; i < n->inputs.size(); ++i)
-      if (n->inputs[i].get() == v) out.push_back({n, static_cast<int>(i)});
-  for (const Var& o : outputs_)
-    if (o.get() == v) out.push_back({nullptr, -1});
-  return out;
+void FunctionGraph::import(const Var& root) {
+  for (Node* n : topological_order({root})) {
+    if (nodes_.count(n)) continue;
+    nodes_.emplace(n, n->shared_from_this());
+    for (size_t i = 0; i < n->inputs.size(); ++i) clients_[n->inputs[i].get()].push_back({n, static_cast<int>(i)});
+  }
 }
 
-void FunctionGraph::replace(const Var& old_var, const Var& new_var) {
-  if (old_var.type() != new_var.type())
-    throw TypeError("FunctionGraph::replace: " + old_var.type().str() + " cannot be replaced by " +
-                    new_var.type().str());
-  for (Node* n : toposort())
-    for (Var& in : n->inputs)
-      if (in.same(old_var)) in = new_var;
-  for (Var& o : outputs_)
-    if (o.same(old_var)) o = new_var;
+const std::vector<std::pair<Node*, int>>& FunctionGraph::clients(const Variable* v) const {
+  static const std::vector<std::pair<Node*, int>> none;
+  auto it = clients_.find(v);
+  return it == clients_.end() ? none : it->second;
+}
+
+void FunctionGraph::replace(const Var& old_var, const Var& new_var, const std::string& reason) {
+  const Type &a = old_var.type(), &b = new_var.type();
+  bool compatible = a.dtype == b.dtype && a.ndim() == b.ndim();
+  for (int64_t d = 0; compatible && d < a.ndim(); ++d) compatible = !a.broadcastable[d] || b.broadcastable[d];
+  if (!compatible)
+    throw TypeError("FunctionGraph::replace" + (reason.empty() ? std::string() : " (" + reason + ")") + ": " + a.str() +
+                    " cannot be replaced by " + b.str());
+  if (old_var.same(new_var)) return;
+  import(new_var);
+  auto it = clients_.find(old_var.get());
+  if (it != clients_.end()) {
+    std::vector<std::pair<Node*, int>> readers = std::move(it->second);
+    clients_.erase(it);
+    auto& target = clients_[new_var.get()];
+    for (auto [node, i] : readers) {
+      if (node) node->inputs[i] = new_var;
+      else outputs_[i] = new_var;
+      target.push_back({node, i});
+    }
+  }
+  if (on_replace) on_replace(old_var, new_var, reason);
+}
+
+void FunctionGraph::prune() {
+  std::unordered_map<const Node*, std::shared_ptr<Node>> live;
+  clients_.clear();
+  for (Node* n : toposort()) {
+    live.emplace(n, n->shared_from_this());
+    for (size_t i = 0; i < n->inputs.size(); ++i) clients_[n->inputs[i].get()].push_back({n, static_cast<int>(i)});
+  }
+  for (size_t i = 0; i < outputs_.size(); ++i) clients_[outputs_[i].get()].push_back({nullptr, static_cast<int>(i)});
+  nodes_ = std::move(live);
 }
 
 }  // namespace kiln

@@ -1,5 +1,7 @@
 #pragma once
+#include <functional>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -11,6 +13,9 @@ namespace kiln {
 // A private copy of the graph between inputs and outputs, owned by one compiled function: nodes
 // are cloned, leaves (inputs, constants, shared variables) are kept. givens replace variables
 // (by identity) before cloning. Rewrites work on this copy, never on the user's graph.
+//
+// It keeps every node it has seen alive and knows each variable's readers, so that a replacement
+// costs the number of readers, not the size of the graph.
 class FunctionGraph {
  public:
   FunctionGraph(std::vector<Var> inputs, const std::vector<Var>& outputs,
@@ -18,17 +23,28 @@ class FunctionGraph {
 
   const std::vector<Var>& inputs() const { return inputs_; }
   const std::vector<Var>& outputs() const { return outputs_; }
-  // Nodes in a topological order (inputs before the nodes that read them).
+  // Nodes the outputs depend on, in a topological order (inputs before their readers).
   std::vector<Node*> toposort() const;
   // Leaves that the outputs depend on.
   std::vector<Variable*> leaves() const;
-  // Every reader of a variable: (node, input position); output position -1 for a graph output.
-  std::vector<std::pair<Node*, int>> clients(const Variable* v) const;
-  void replace(const Var& old_var, const Var& new_var);
+  // The readers of a variable: (node, input position), and (nullptr, output index) for a graph
+  // output. Readers that no output depends on any more may still be listed until prune().
+  const std::vector<std::pair<Node*, int>>& clients(const Variable* v) const;
+  // Every reader of old_var reads new_var instead. The dtype and ndim must agree, and new_var must
+  // keep every axis that old_var's type declares broadcastable.
+  void replace(const Var& old_var, const Var& new_var, const std::string& reason = "");
+  // Forgets the nodes that no output depends on any more.
+  void prune();
+
+  // Called after every replace with (old, new, reason): the debug mode checks values with it.
+  std::function<void(const Var&, const Var&, const std::string&)> on_replace;
 
  private:
+  void import(const Var& v);  // registers the nodes of v's subgraph and their readers
   std::vector<Var> inputs_;
   std::vector<Var> outputs_;
+  std::unordered_map<const Node*, std::shared_ptr<Node>> nodes_;
+  std::unordered_map<const Variable*, std::vector<std::pair<Node*, int>>> clients_;
 };
 
 // Nodes between leaves and outputs in topological order, without recursion (deep graphs).

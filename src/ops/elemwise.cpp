@@ -53,6 +53,8 @@ int scalar_op_arity(ScalarOp op) {
   return op >= ScalarOp::add ? 2 : 1;
 }
 
+bool is_variadic(ScalarOp op) { return op == ScalarOp::add || op == ScalarOp::mul; }
+
 namespace {
 
 bool is_comparison(ScalarOp op) { return op >= ScalarOp::lt && op <= ScalarOp::ne; }
@@ -143,8 +145,8 @@ std::string Elemwise::name() const {
 }
 
 std::vector<Type> Elemwise::infer_types(const std::vector<Type>& in) const {
-  const int arity = scalar_op_arity(op_);
-  if (static_cast<int>(in.size()) != arity)
+  const int arity = arity_;
+  if (static_cast<int>(in.size()) != arity || (is_variadic(op_) ? arity < 2 : arity != scalar_op_arity(op_)))
     throw TypeError(name() + ": takes " + std::to_string(arity) + " inputs, got " + std::to_string(in.size()));
   const int64_t ndim = in[0].ndim();
   std::vector<bool> bc(ndim, true);
@@ -188,7 +190,7 @@ std::vector<std::pair<int, int>> Elemwise::inplace_options() const {
   if (op_ == ScalarOp::cast || is_comparison(op_) || op_ == ScalarOp::fill) return {};
   if (op_ == ScalarOp::where) return {{0, 1}, {0, 2}};
   std::vector<std::pair<int, int>> out;
-  for (int i = 0; i < scalar_op_arity(op_); ++i) out.push_back({0, i});
+  for (int i = 0; i < arity_; ++i) out.push_back({0, i});
   return out;
 }
 
@@ -336,6 +338,7 @@ void Elemwise::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) 
       perform_unary<T>(op_, o, in[0]);
     } else {
       perform_binary<T>(op_, o, in[0], in[1]);
+      for (size_t k = 2; k < in.size(); ++k) perform_binary<T>(op_, o, o, in[k]);
     }
   });
 }
@@ -365,9 +368,18 @@ std::vector<Var> Elemwise::L_op(const Node& node, const std::vector<Var>& gouts)
     case ScalarOp::cos: gin[0] = -(g * sin(x[0], loc)); break;
     case ScalarOp::sign: gin[0] = zero(0); break;
     case ScalarOp::cast: if (differentiable(0)) gin[0] = cast(g, x[0].dtype(), loc); break;
-    case ScalarOp::add: gin[0] = g; gin[1] = g; break;
+    case ScalarOp::add:
+      for (size_t i = 0; i < x.size(); ++i) gin[i] = g;
+      break;
     case ScalarOp::sub: gin[0] = g; gin[1] = -g; break;
-    case ScalarOp::mul: gin[0] = g * x[1]; gin[1] = g * x[0]; break;
+    case ScalarOp::mul:
+      for (size_t i = 0; i < x.size(); ++i) {
+        Var others = g;
+        for (size_t j = 0; j < x.size(); ++j)
+          if (j != i) others = others * x[j];
+        gin[i] = others;
+      }
+      break;
     case ScalarOp::div: gin[0] = g / x[1]; gin[1] = -(g * y) / x[1]; break;
     case ScalarOp::pow:
       gin[0] = g * x[1] * pow(x[0], x[1] - 1.0, loc);

@@ -16,10 +16,13 @@ int scalar_op_arity(ScalarOp op);
 
 // One op for all of them: NumPy broadcasting over inputs of equal ndim and (after the builder's
 // casts) equal dtype; fill's first input only gives the shape, where's first is the b8 condition.
+// add and mul take two or more inputs (flattened chains).
 class Elemwise final : public Op {
  public:
-  explicit Elemwise(ScalarOp op, DType cast_to = DType::f32) : op_(op), cast_to_(cast_to) {}
+  explicit Elemwise(ScalarOp op, DType cast_to = DType::f32, int arity = 0)
+      : op_(op), cast_to_(cast_to), arity_(arity ? arity : scalar_op_arity(op)) {}
   ScalarOp scalar_op() const { return op_; }
+  DType cast_to() const { return cast_to_; }
   std::string name() const override;
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
@@ -30,7 +33,10 @@ class Elemwise final : public Op {
  private:
   ScalarOp op_;
   DType cast_to_;
+  int arity_;
 };
+
+bool is_variadic(ScalarOp op);  // add, mul
 
 // Builds an elementwise node: promotes dtypes (docs/ops.md), pads lower-rank inputs with
 // broadcastable axes, casts inputs to the common dtype.

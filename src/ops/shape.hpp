@@ -24,6 +24,7 @@ class DimShuffle final : public Op {
 class Reshape final : public Op {
  public:
   Reshape(Shape target, int64_t ndim, int64_t flatten_to) : target_(std::move(target)), ndim_(ndim), flatten_to_(flatten_to) {}
+  bool flattens() const { return flatten_to_ > 0; }  // its target depends on the input's shape
   std::string name() const override;
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
@@ -45,6 +46,25 @@ class ShapeOf final : public Op {
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node&, const std::vector<Var>&) const override { return {Var()}; }
+};
+
+// The shape of output `index` of `op` applied to these inputs, from their shapes alone: the op's
+// kernel never runs (canonicalize turns shape(exp(x)) into this).
+class InferredShape final : public Op {
+ public:
+  InferredShape(std::shared_ptr<const Op> op, int index) : op_(std::move(op)), index_(index) {}
+  std::string name() const override { return "inferred_shape{" + op_->name() + "," + std::to_string(index_) + "}"; }
+  std::vector<Type> infer_types(const std::vector<Type>&) const override { return {Type{DType::i64, {false}}}; }
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
+  std::vector<int> needs_input_values() const override { return op_->needs_input_values(); }
+  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>&) const override {
+    return std::vector<Var>(node.inputs.size());
+  }
+
+ private:
+  std::shared_ptr<const Op> op_;
+  int index_;
 };
 
 // v with broadcastable axes inserted on the left up to ndim (NumPy's alignment of lower-rank

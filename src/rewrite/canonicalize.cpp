@@ -1,0 +1,172 @@
+// canonicalize: algebraic identities and useless movement, so that later groups see one form.
+#include "graph/op.hpp"
+#include "kiln/ops.hpp"
+#include "ops/reduce.hpp"
+#include "ops/shape.hpp"
+#include "rewrite/catalogue.hpp"
+#include "rewrite/patterns.hpp"
+
+namespace kiln {
+
+namespace {
+
+using pattern::is_scalar_constant;
+using pattern::match;
+using pattern::op_of;
+
+const Elemwise& elemwise(const Node& n) { return static_cast<const Elemwise&>(*n.op); }
+Var out0(Node& n) { return n.output(0); }
+bool same_type(const Var& a, const Var& b) { return a.type() == b.type(); }
+
+// x - x -> 0, x / x -> 1
+std::vector<Var> self_inverse(FunctionGraph&, Node& n) {
+  const ScalarOp op = elemwise(n).scalar_op();
+  if ((op != ScalarOp::sub && op != ScalarOp::div) || !n.inputs[0].same(n.inputs[1])) return {};
+  const Var& x = n.inputs[0];
+  return {op == ScalarOp::sub ? zeros_like(x, n.loc) : ones_like(x, n.loc)};
+}
+
+// x + 0, 0 + x, x - 0, x * 1, 1 * x, x / 1 -> x (when the constant cannot broadcast x larger)
+std::vector<Var> neutral_element(FunctionGraph&, Node& n) {
+  const ScalarOp op = elemwise(n).scalar_op();
+  const Var y = out0(n);
+  std::vector<Var> kept;
+  const double neutral = (op == ScalarOp::add || op == ScalarOp::sub) ? 0.0 : 1.0;
+  if (op != ScalarOp::add && op != ScalarOp::mul && op != ScalarOp::sub && op != ScalarOp::div) return {};
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    const bool removable = is_scalar_constant(n.inputs[i], neutral) && (i > 0 || is_variadic(op));
+    if (!removable) kept.push_back(n.inputs[i]);
+  }
+  if (kept.size() == n.inputs.size() || kept.empty()) return {};
+  if (kept.size() == 1) return same_type(kept[0], y) ? std::vector<Var>{kept[0]} : std::vector<Var>{};
+  return {apply1(std::make_shared<Elemwise>(op, DType::f32, static_cast<int>(kept.size())), kept, n.loc)};
+}
+
+// (x * y) / x -> y, broadcast as the quotient was
+std::vector<Var> cancel_factor(FunctionGraph&, Node& n) {
+  if (elemwise(n).scalar_op() != ScalarOp::div) return {};
+  auto product = match(n.inputs[0], ScalarOp::mul);
+  if (!product) return {};
+  const Var& x = n.inputs[1];
+  std::vector<Var> rest;
+  bool removed = false;
+  for (const Var& f : *product) {
+    if (!removed && f.same(x)) removed = true;
+    else rest.push_back(f);
+  }
+  if (!removed) return {};
+  Var y = rest.size() == 1 ? rest[0] : apply1(std::make_shared<Elemwise>(ScalarOp::mul, DType::f32, static_cast<int>(rest.size())), rest, n.loc);
+  Var filled = apply1(std::make_shared<Elemwise>(ScalarOp::fill), {x, y}, n.loc);
+  return same_type(filled, out0(n)) ? std::vector<Var>{filled} : std::vector<Var>{};
+}
+
+// -(-x) -> x
+std::vector<Var> double_negation(FunctionGraph&, Node& n) {
+  if (elemwise(n).scalar_op() != ScalarOp::neg) return {};
+  auto inner = match(n.inputs[0], ScalarOp::neg);
+  return inner ? std::vector<Var>{(*inner)[0]} : std::vector<Var>{};
+}
+
+// (a + b) + c -> add(a, b, c), likewise mul, when the inner result has no other reader
+std::vector<Var> flatten_chain(FunctionGraph& graph, Node& n) {
+  const ScalarOp op = elemwise(n).scalar_op();
+  if (!is_variadic(op)) return {};
+  std::vector<Var> flat;
+  bool changed = false;
+  for (const Var& in : n.inputs) {
+    auto inner = match(in, op);
+    if (inner && pattern::live_clients(graph, in) == 1 && in.type() == out0(n).type()) {
+      flat.insert(flat.end(), inner->begin(), inner->end());
+      changed = true;
+    } else {
+      flat.push_back(in);
+    }
+  }
+  if (!changed) return {};
+  return {apply1(std::make_shared<Elemwise>(op, DType::f32, static_cast<int>(flat.size())), flat, n.loc)};
+}
+
+bool widens_exactly(DType from, DType to) {
+  if (from == to || from == DType::b8) return true;
+  return (from == DType::i32 && (to == DType::i64 || to == DType::f64)) || (from == DType::f32 && to == DType::f64);
+}
+
+// cast(cast(x, a), b) -> cast(x, b) when the first cast loses nothing; cast(x, x.dtype) -> x
+std::vector<Var> cast_of_cast(FunctionGraph&, Node& n) {
+  if (elemwise(n).scalar_op() != ScalarOp::cast) return {};
+  const Var& x = n.inputs[0];
+  if (x.dtype() == out0(n).dtype()) return {x};
+  auto inner = match(x, ScalarOp::cast);
+  if (!inner || !widens_exactly((*inner)[0].dtype(), x.dtype())) return {};
+  return {cast((*inner)[0], out0(n).dtype(), n.loc)};
+}
+
+// fill(x, x) -> x; fill(c, y) -> y for a constant c of size-1 dimensions
+std::vector<Var> useless_fill(FunctionGraph&, Node& n) {
+  if (elemwise(n).scalar_op() != ScalarOp::fill) return {};
+  const Var &like = n.inputs[0], &value = n.inputs[1];
+  const bool like_cannot_grow = like.same(value) || (like.get()->constant && shape_numel(like.get()->constant->shape()) == 1);
+  if (!like_cannot_grow || !same_type(value, out0(n))) return {};
+  return {value};
+}
+
+// dimshuffle with the identity pattern -> x; dimshuffle of dimshuffle -> one dimshuffle
+std::vector<Var> useless_dimshuffle(FunctionGraph&, Node& n) {
+  const auto& ds = static_cast<const DimShuffle&>(*n.op);
+  const Var& x = n.inputs[0];
+  bool identity = static_cast<int64_t>(ds.pattern().size()) == x.ndim();
+  for (size_t i = 0; identity && i < ds.pattern().size(); ++i) identity = ds.pattern()[i] == static_cast<int64_t>(i);
+  if (identity) return {x};
+  if (const auto* inner = op_of<DimShuffle>(x)) {
+    std::vector<int64_t> composed;
+    for (int64_t p : ds.pattern()) composed.push_back(p < 0 ? -1 : inner->pattern()[p]);
+    const Var& source = x.get()->owner->inputs[0];
+    Var combined = dimshuffle(source, composed, n.loc);
+    return same_type(combined, out0(n)) ? std::vector<Var>{combined} : std::vector<Var>{};
+  }
+  return {};
+}
+
+// reshape(x, shape(x)) -> x; reshape(reshape(x, a), b) -> reshape(x, b)
+std::vector<Var> useless_reshape(FunctionGraph&, Node& n) {
+  const Var& x = n.inputs[0];
+  if (n.inputs.size() == 2 && op_of<ShapeOf>(n.inputs[1]) && n.inputs[1].get()->owner->inputs[0].same(x) &&
+      same_type(x, out0(n)))
+    return {x};
+  if (op_of<Reshape>(x) && !static_cast<const Reshape&>(*n.op).flattens()) {
+    std::vector<Var> inputs = n.inputs;
+    inputs[0] = x.get()->owner->inputs[0];
+    return {apply1(n.op, inputs, n.loc)};
+  }
+  return {};
+}
+
+// shape(f(x)) -> the shape f's shape inference gives from x: f itself need not run
+std::vector<Var> shape_without_value(FunctionGraph&, Node& n) {
+  const Var& v = n.inputs[0];
+  const Node* producer = v.get()->owner;
+  if (!producer) return {};
+  if (const auto* inner = dynamic_cast<const InferredShape*>(producer->op.get()); inner) return {};
+  return {apply1(std::make_shared<InferredShape>(producer->op, v.get()->index), producer->inputs, n.loc)};
+}
+
+template <class T> std::type_index of() { return std::type_index(typeid(T)); }
+
+}  // namespace
+
+RewriteGroup canonicalize_group() {
+  return {"canonicalize",
+          {},
+          {{"self_inverse", {of<Elemwise>()}, self_inverse},
+           {"neutral_element", {of<Elemwise>()}, neutral_element},
+           {"cancel_factor", {of<Elemwise>()}, cancel_factor},
+           {"double_negation", {of<Elemwise>()}, double_negation},
+           {"flatten_chain", {of<Elemwise>()}, flatten_chain},
+           {"cast_of_cast", {of<Elemwise>()}, cast_of_cast},
+           {"useless_fill", {of<Elemwise>()}, useless_fill},
+           {"useless_dimshuffle", {of<DimShuffle>()}, useless_dimshuffle},
+           {"useless_reshape", {of<Reshape>()}, useless_reshape},
+           {"shape_without_value", {of<ShapeOf>()}, shape_without_value}}};
+}
+
+}  // namespace kiln

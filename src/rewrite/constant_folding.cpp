@@ -1,0 +1,56 @@
+// constant folding: a node whose inputs are all constants is computed once, at compile time.
+#include "graph/op.hpp"
+#include "rewrite/catalogue.hpp"
+
+namespace kiln {
+
+namespace {
+
+// Folding these would only move work or memory from the run to the compile (a broadcast fill of
+// a large shape, say) without saving any: they are left to run.
+bool worth_folding(const Node& n, const std::vector<Shape>& out_shapes) {
+  int64_t in_elements = 0, out_elements = 0;
+  for (const Var& in : n.inputs) in_elements += in.get()->constant->numel();
+  for (const Shape& s : out_shapes) out_elements += shape_numel(s);
+  return out_elements <= std::max<int64_t>(in_elements, 1 << 16);
+}
+
+std::vector<Var> fold(FunctionGraph&, Node& n) {
+  if (n.inputs.empty()) return {};
+  for (const Var& in : n.inputs)
+    if (!in.get()->constant) return {};
+  std::vector<Tensor> inputs;
+  std::vector<Shape> shapes;
+  std::vector<const Tensor*> values;
+  for (const Var& in : n.inputs) inputs.push_back(*in.get()->constant);
+  for (const Tensor& t : inputs) {
+    shapes.push_back(t.shape());
+    values.push_back(&t);
+  }
+  std::vector<Shape> out_shapes = n.op->infer_shapes(shapes, values);
+  if (!worth_folding(n, out_shapes)) return {};
+  std::vector<Tensor> outputs(n.outputs.size());
+  auto views = n.op->view_map();
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    bool is_view = false;
+    for (auto [out, in] : views) is_view |= out == static_cast<int>(o);
+    if (!is_view) outputs[o] = Tensor::empty(out_shapes[o], n.outputs[o]->type.dtype);
+  }
+  n.op->perform(inputs, outputs);
+  std::vector<Var> folded;
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    Var c = constant(outputs[o]);
+    // Keep the node's declared type where the value alone would say more (a size-1 axis).
+    c.get()->type.broadcastable = n.outputs[o]->type.broadcastable;
+    for (size_t d = 0; d < outputs[o].shape().size(); ++d)
+      if (outputs[o].shape()[d] == 1) c.get()->type.broadcastable[d] = true;
+    folded.push_back(c);
+  }
+  return folded;
+}
+
+}  // namespace
+
+RewriteGroup constant_folding_group() { return {"constant_folding", {}, {{"constant_folding", {}, fold}}}; }
+
+}  // namespace kiln

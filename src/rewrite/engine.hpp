@@ -1,0 +1,39 @@
+#pragma once
+#include <functional>
+#include <string>
+#include <typeindex>
+#include <vector>
+
+#include "graph/function_graph.hpp"
+#include "kiln/function.hpp"
+
+namespace kiln {
+
+// A local rewrite looks at one node and returns replacements for its outputs, or nothing.
+// It is pure: an equivalent graph out, never a decision about memory.
+struct LocalRewrite {
+  std::string name;
+  std::vector<std::type_index> ops;  // the op classes it matches; empty: every node
+  std::function<std::vector<Var>(FunctionGraph&, Node&)> apply;
+};
+
+// A whole-graph rewrite; returns how many replacements it made.
+struct GlobalRewrite {
+  std::string name;
+  std::function<int64_t(FunctionGraph&)> apply;
+};
+
+struct RewriteGroup {
+  std::string name;
+  std::vector<GlobalRewrite> globals;  // run first, once per pass
+  std::vector<LocalRewrite> locals;    // then every node, until nothing changes
+};
+
+// Runs one group on the graph until it settles (at most max_passes passes; more means two rewrites
+// undo each other, and raises Error naming the last ones that fired). Statistics go to report.
+void apply_group(FunctionGraph& graph, const RewriteGroup& group, CompileReport& report, int max_passes = 50);
+
+// The catalogue: merge, constant_folding, canonicalize, stabilize, specialize, fusion.
+const RewriteGroup& rewrite_group(const std::string& name);
+
+}  // namespace kiln

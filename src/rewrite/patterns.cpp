@@ -1,0 +1,57 @@
+#include "rewrite/patterns.hpp"
+
+#include "kiln/ops.hpp"
+#include "ops/shape.hpp"
+
+namespace kiln::pattern {
+
+std::optional<double> uniform_constant(const Var& v) {
+  const Variable* var = v.get();
+  if (!var || !var->constant || var->constant->numel() == 0) return std::nullopt;
+  const Tensor& t = *var->constant;
+  const double first = t.item_as_double(0);
+  for (int64_t i = 1; i < t.numel(); ++i)
+    if (t.item_as_double(i) != first) return std::nullopt;
+  return first;
+}
+
+bool is_scalar_constant(const Var& v, double x) {
+  auto c = uniform_constant(v);
+  if (!c || *c != x) return false;
+  for (int64_t d : v.get()->constant->shape())
+    if (d != 1) return false;
+  return true;
+}
+
+std::optional<Var> as_scalar(const Var& v) {
+  if (v.ndim() == 0) return v;
+  if (const Variable* var = v.get(); var->constant) {
+    if (var->constant->numel() != 1) return std::nullopt;
+    return constant(var->constant->reshape({}));
+  }
+  if (const auto* ds = op_of<DimShuffle>(v)) {
+    const Var& in = v.get()->owner->inputs[0];
+    bool only_inserted = in.ndim() == 0;
+    for (int64_t p : ds->pattern()) only_inserted = only_inserted && p < 0;
+    if (only_inserted) return in;
+  }
+  return std::nullopt;
+}
+
+size_t live_clients(const FunctionGraph& graph, const Var& v) {
+  size_t n = 0;
+  for (auto [node, i] : graph.clients(v.get())) {
+    if (!node) {
+      ++n;
+      continue;
+    }
+    for (const auto& out : node->outputs)
+      if (!graph.clients(out.get()).empty()) {
+        ++n;
+        break;
+      }
+  }
+  return n;
+}
+
+}  // namespace kiln::pattern
