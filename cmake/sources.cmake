@@ -22,6 +22,7 @@ set(KILN_SOURCES
   src/rewrite/merge.cpp
   src/rewrite/constant_folding.cpp
   src/rewrite/canonicalize.cpp
+  src/rewrite/stabilize.cpp
   src/compile/verify_grad.cpp
   src/compile/mode.cpp
   src/compile/runtime.cpp

@@ -79,7 +79,53 @@ std::vector<Var> Softmax::L_op(const Node& node, const std::vector<Var>& gouts) 
   const Var y = const_cast<Node&>(node).output(0);
   const Var& g = gouts[0];
   if (log_) return {g - exp(y, loc) * sum(g, {axis_}, true, loc)};
-  return {(g - sum(g * y, {axis_}, true, loc)) * y};
+  return {apply1(std::make_shared<SoftmaxGrad>(axis_), {g, y}, loc)};
+}
+
+std::vector<Type> SoftmaxGrad::infer_types(const std::vector<Type>& in) const {
+  if (in[0].dtype != in[1].dtype || in[0].ndim() != in[1].ndim())
+    throw TypeError(name() + ": gradient " + in[0].str() + " and softmax " + in[1].str() + " differ");
+  return {in[1]};
+}
+
+std::vector<Shape> SoftmaxGrad::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
+  if (in[0] != in[1]) throw ShapeError(name() + ": gradient " + shape_str(in[0]) + " and softmax " + shape_str(in[1]) + " differ");
+  return {in[1]};
+}
+
+void SoftmaxGrad::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
+  Tensor g = axis_last(in[0], axis_), y = axis_last(in[1], axis_), o = axis_last(out[0], axis_);
+  const int64_t n = y.shape().back();
+  Shape outer(y.shape().begin(), y.shape().end() - 1);
+  auto drop_last = [](const Shape& s) { return Shape(s.begin(), s.end() - 1); };
+  auto loop = collapse_loop<3>(outer, {drop_last(o.strides()), drop_last(g.strides()), drop_last(y.strides())},
+                               {o.offset(), g.offset(), y.offset()});
+  const int64_t so = o.strides().back(), sg = g.strides().back(), sy = y.strides().back();
+  dispatch_float(y.dtype(), "softmax_grad", [&](auto tag) {
+    using T = decltype(tag);
+    T* po = reinterpret_cast<T*>(o.storage()->data());
+    const T* pg = reinterpret_cast<const T*>(g.storage()->data());
+    const T* py = reinterpret_cast<const T*>(y.storage()->data());
+    run_loop(loop, [&](int64_t rows, std::array<int64_t, 3> off, std::array<int64_t, 3> st) {
+      for (int64_t r = 0; r < rows; ++r) {
+        T* orow = po + off[0] + r * st[0];
+        const T* grow = pg + off[1] + r * st[1];
+        const T* yrow = py + off[2] + r * st[2];
+        T dot = 0;
+        for (int64_t i = 0; i < n; ++i) dot += grow[i * sg] * yrow[i * sy];
+        for (int64_t i = 0; i < n; ++i) orow[i * so] = (grow[i * sg] - dot) * yrow[i * sy];
+      }
+    }, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(n, 1)));
+  });
+}
+
+std::vector<Var> SoftmaxGrad::L_op(const Node& node, const std::vector<Var>& gouts) const {
+  // out_j = (gy_j - s) y_j with s = sum_k gy_k y_k. For an output gradient G and t = sum_j G_j y_j:
+  // d/dgy_i = y_i (G_i - t) = softmax_grad(G, y)_i;  d/dy_i = G_i (gy_i - s) - gy_i t.
+  const Loc loc = node.loc;
+  const Var &gy = node.inputs[0], &y = node.inputs[1], &G = gouts[0];
+  Var s = sum(gy * y, {axis_}, true, loc), t = sum(G * y, {axis_}, true, loc);
+  return {apply1(std::make_shared<SoftmaxGrad>(axis_), {G, y}, loc), G * (gy - s) - gy * t};
 }
 
 std::vector<Type> CrossEntropy::infer_types(const std::vector<Type>& in) const {
@@ -150,6 +196,119 @@ void CrossEntropyGrad::perform(const std::vector<Tensor>& in, std::vector<Tensor
       po[r * c + labels[i]] = -pg[g.offset() + r * g.strides()[0]] / pp[p.offset() + r * p.strides()[0] + labels[i] * p.strides()[1]];
     }
   });
+}
+
+std::vector<Var> CrossEntropyGrad::L_op(const Node& node, const std::vector<Var>& gouts) const {
+  // out_ij = -g_i h_ij / p_ij with h the one-hot labels. For an output gradient G:
+  // d/dg_i = -sum_j G_ij h_ij / p_ij;  d/dp_ij = G_ij g_i h_ij / p_ij^2.
+  const Loc loc = node.loc;
+  const Var &g = node.inputs[0], &p = node.inputs[1], &G = gouts[0];
+  Var h = apply1(std::make_shared<OneHot>(), {node.inputs[2], p}, loc);
+  return {-sum(G * h / p, {1}, false, loc), G * dimshuffle(g, {0, -1}, loc) * h / (p * p), Var()};
+}
+
+std::vector<Type> OneHot::infer_types(const std::vector<Type>& in) const {
+  if (!is_integer(in[0].dtype) || in[0].ndim() != 1 || in[1].ndim() != 2)
+    throw TypeError("onehot: needs integer labels of length N and an N x C value, got " + in[0].str() + " and " + in[1].str());
+  return {Type{in[1].dtype, in[1].broadcastable}};
+}
+
+std::vector<Shape> OneHot::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
+  if (in[0][0] != in[1][0])
+    throw ShapeError("onehot: " + std::to_string(in[0][0]) + " labels for " + std::to_string(in[1][0]) + " rows");
+  return {in[1]};
+}
+
+void OneHot::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
+  const auto labels = checked_labels(in[0], in[1].shape()[1], "onehot");
+  Tensor& o = out[0];
+  std::memset(o.raw_data(), 0, o.nbytes());
+  dispatch_float(o.dtype(), "onehot", [&](auto tag) {
+    using T = decltype(tag);
+    T* p = o.data<T>();
+    for (size_t i = 0; i < labels.size(); ++i) p[static_cast<int64_t>(i) * o.shape()[1] + labels[i]] = T(1);
+  });
+}
+
+std::vector<Type> CrossEntropySoftmax::infer_types(const std::vector<Type>& in) const {
+  return CrossEntropy().infer_types(in);
+}
+
+std::vector<Shape> CrossEntropySoftmax::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>& v) const {
+  return CrossEntropy().infer_shapes(in, v);
+}
+
+namespace {
+// Calls row_fn(row pointer, row stride, row length, label, i) for each row of a 2-D x.
+template <class T, class F> void for_each_row(const Tensor& x, const std::vector<int64_t>& labels, F row_fn) {
+  const T* px = reinterpret_cast<const T*>(x.storage()->data());
+  for (size_t i = 0; i < labels.size(); ++i)
+    row_fn(px + x.offset() + static_cast<int64_t>(i) * x.strides()[0], x.strides()[1], x.shape()[1], labels[i],
+           static_cast<int64_t>(i));
+}
+
+template <class T> T row_logsumexp(const T* row, int64_t stride, int64_t n) {
+  T mx = -std::numeric_limits<T>::infinity();
+  for (int64_t j = 0; j < n; ++j) mx = std::max(mx, row[j * stride]);
+  if (!std::isfinite(mx)) return mx;
+  T total = 0;
+  for (int64_t j = 0; j < n; ++j) total += fastmath::exp(row[j * stride] - mx);
+  return mx + std::log(total);
+}
+}  // namespace
+
+void CrossEntropySoftmax::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
+  const Tensor& x = in[0];
+  const auto labels = checked_labels(in[1], x.shape()[1], "crossentropy_softmax");
+  dispatch_float(x.dtype(), "crossentropy_softmax", [&](auto tag) {
+    using T = decltype(tag);
+    T* po = out[0].data<T>();
+    for_each_row<T>(x, labels, [&](const T* row, int64_t stride, int64_t n, int64_t label, int64_t i) {
+      po[i] = row_logsumexp(row, stride, n) - row[label * stride];
+    });
+  });
+}
+
+std::vector<Var> CrossEntropySoftmax::L_op(const Node& node, const std::vector<Var>& gouts) const {
+  return {apply1(std::make_shared<CrossEntropySoftmaxGrad>(), {gouts[0], node.inputs[0], node.inputs[1]}, node.loc), Var()};
+}
+
+std::vector<Type> CrossEntropySoftmaxGrad::infer_types(const std::vector<Type>& in) const {
+  if (in[0].dtype != in[1].dtype)
+    throw TypeError(name() + ": gradient " + in[0].str() + " and logits " + in[1].str() + " differ in dtype");
+  return {in[1]};
+}
+
+std::vector<Shape> CrossEntropySoftmaxGrad::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
+  return {in[1]};
+}
+
+void CrossEntropySoftmaxGrad::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
+  const Tensor &g = in[0], &x = in[1];
+  const auto labels = checked_labels(in[2], x.shape()[1], name().c_str());
+  dispatch_float(x.dtype(), name().c_str(), [&](auto tag) {
+    using T = decltype(tag);
+    T* po = out[0].data<T>();
+    const T* pg = reinterpret_cast<const T*>(g.storage()->data());
+    for_each_row<T>(x, labels, [&](const T* row, int64_t stride, int64_t n, int64_t label, int64_t i) {
+      const T lse = row_logsumexp(row, stride, n);
+      const T gi = pg[g.offset() + i * g.strides()[0]];
+      T* orow = po + i * n;
+      for (int64_t j = 0; j < n; ++j) orow[j] = gi * fastmath::exp(row[j * stride] - lse);
+      orow[label] -= gi;
+    });
+  });
+}
+
+std::vector<Var> CrossEntropySoftmaxGrad::L_op(const Node& node, const std::vector<Var>& gouts) const {
+  // out_ij = g_i (softmax(x)_ij - h_ij) with h the one-hot labels. For an output gradient G:
+  // d/dg_i = sum_j G_ij (softmax(x)_ij - h_ij);  d/dx = softmax_grad(G * g, softmax(x)).
+  const Loc loc = node.loc;
+  const Var &g = node.inputs[0], &x = node.inputs[1], &G = gouts[0];
+  Var h = apply1(std::make_shared<OneHot>(), {node.inputs[2], x}, loc);
+  Var sm = softmax(x, 1, loc);
+  Var gx = apply1(std::make_shared<SoftmaxGrad>(1), {G * dimshuffle(g, {0, -1}, loc), sm}, loc);
+  return {sum(G * (sm - h), {1}, false, loc), gx, Var()};
 }
 
 namespace {

@@ -7,6 +7,8 @@ namespace kiln {
 class Softmax final : public Op {
  public:
   Softmax(int64_t axis, bool log) : axis_(axis), log_(log) {}
+  int64_t axis() const { return axis_; }
+  bool is_log() const { return log_; }
   std::string name() const override { return std::string(log_ ? "log_softmax" : "softmax") + "{axis=" + std::to_string(axis_) + "}"; }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
@@ -17,6 +19,22 @@ class Softmax final : public Op {
  private:
   int64_t axis_;
   bool log_;
+};
+
+// The gradient of softmax along an axis from (gy, y): (gy - sum(gy * y, axis)) * y, one node so
+// that stabilize can recognise it after cross-entropy.
+class SoftmaxGrad final : public Op {
+ public:
+  explicit SoftmaxGrad(int64_t axis) : axis_(axis) {}
+  int64_t axis() const { return axis_; }
+  std::string name() const override { return "softmax_grad{axis=" + std::to_string(axis_) + "}"; }
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
+  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+
+ private:
+  int64_t axis_;
 };
 
 // -log(probs[i, labels[i]]) per row; probs is N x C, labels N integers in [0, C).
@@ -36,6 +54,38 @@ class CrossEntropyGrad final : public Op {
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+};
+
+// onehot(labels, like): 1 at [i, labels[i]], 0 elsewhere, with like's shape (N x C) and dtype.
+// Only like's shape is read, so no gradient flows to it.
+class OneHot final : public Op {
+ public:
+  std::string name() const override { return "onehot"; }
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
+  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
+  std::vector<Var> L_op(const Node&, const std::vector<Var>&) const override { return {Var(), Var()}; }
+};
+
+// categorical_crossentropy(softmax(x), labels) in one stable op: logsumexp(x_i) - x_i[label].
+class CrossEntropySoftmax final : public Op {
+ public:
+  std::string name() const override { return "crossentropy_softmax"; }
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
+  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+};
+
+// Its gradient with respect to x from (g, x, labels): g[i] * (softmax(x)_i - onehot(labels[i])).
+class CrossEntropySoftmaxGrad final : public Op {
+ public:
+  std::string name() const override { return "crossentropy_softmax_grad"; }
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
+  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
 };
 
 }  // namespace kiln

@@ -1,6 +1,7 @@
 #include "ops/reduce.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "kiln/ops.hpp"
@@ -229,6 +230,55 @@ std::vector<Var> Reduce::L_op(const Node& node, const std::vector<Var>& gouts) c
     case ReduceKind::argmax: return {Var()};
   }
   return {Var()};
+}
+
+std::string LogSumExp::name() const {
+  std::string s = "logsumexp{axes=";
+  for (size_t i = 0; i < axes_.size(); ++i) s += (i ? "," : "") + std::to_string(axes_[i]);
+  return s + (keepdims_ ? ",keepdims}" : "}");
+}
+
+std::vector<Type> LogSumExp::infer_types(const std::vector<Type>& in) const {
+  if (!is_float(in[0].dtype)) throw TypeError(name() + ": needs a float input, got " + in[0].str());
+  return reduce_.infer_types(in);
+}
+
+std::vector<Shape> LogSumExp::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>& v) const {
+  return reduce_.infer_shapes(in, v);
+}
+
+void LogSumExp::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
+  const Tensor& x = in[0];
+  Shape kept = x.shape();
+  for (int64_t a : axes_) kept[a] = 1;
+  Tensor m = Tensor::empty(kept, x.dtype());
+  reduce_into(ReduceKind::max, x, m, axes_);
+  dispatch_float(x.dtype(), "logsumexp", [&](auto tag) {
+    using T = decltype(tag);
+    T* pm = m.data<T>();
+    for (int64_t i = 0; i < m.numel(); ++i)
+      if (!std::isfinite(pm[i])) pm[i] = 0;  // all -inf (or inf/nan) rows: let the sum say so
+    Tensor shifted = Tensor::empty(x.shape(), x.dtype());
+    Shape mstrides = contiguous_strides(kept);
+    for (int64_t d = 0; d < x.ndim(); ++d)
+      if (kept[d] == 1) mstrides[d] = 0;
+    auto loop = collapse_loop<3>(x.shape(), {shifted.strides(), x.strides(), mstrides}, {0, x.offset(), 0});
+    T* ps = shifted.data<T>();
+    const T* px = reinterpret_cast<const T*>(x.storage()->data());
+    run_loop(loop, [&](int64_t n, std::array<int64_t, 3> off, std::array<int64_t, 3> st) {
+      for (int64_t i = 0; i < n; ++i) ps[off[0] + i * st[0]] = std::exp(px[off[1] + i * st[1]] - pm[off[2] + i * st[2]]);
+    });
+    reduce_into(ReduceKind::sum, shifted, out[0], axes_);
+    T* po = out[0].data<T>();
+    for (int64_t i = 0; i < out[0].numel(); ++i) po[i] = std::log(po[i]) + pm[i];
+  });
+}
+
+std::vector<Var> LogSumExp::L_op(const Node& node, const std::vector<Var>& gouts) const {
+  const Var& x = node.inputs[0];
+  Var y = expand_reduced(const_cast<Node&>(node).output(0), axes_, x.ndim(), node.loc);
+  Var g = expand_reduced(gouts[0], axes_, x.ndim(), node.loc);
+  return {g * exp(x - y)};
 }
 
 std::vector<Type> SumToShape::infer_types(const std::vector<Type>& in) const {

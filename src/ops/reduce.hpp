@@ -8,6 +8,9 @@ enum class ReduceKind { sum, prod, max, min, mean, argmax };
 class Reduce final : public Op {
  public:
   Reduce(ReduceKind kind, std::vector<int64_t> axes, bool keepdims) : kind_(kind), axes_(std::move(axes)), keepdims_(keepdims) {}
+  ReduceKind kind() const { return kind_; }
+  const std::vector<int64_t>& axes() const { return axes_; }
+  bool keepdims() const { return keepdims_; }
   std::string name() const override;
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
@@ -17,6 +20,22 @@ class Reduce final : public Op {
  private:
   ReduceKind kind_;
   std::vector<int64_t> axes_;  // sorted, non-negative
+  bool keepdims_;
+};
+
+// log(sum(exp(x), axes)) computed stably: the maximum over the axes is taken out first.
+class LogSumExp final : public Op {
+ public:
+  LogSumExp(std::vector<int64_t> axes, bool keepdims) : reduce_(ReduceKind::sum, axes, keepdims), axes_(std::move(axes)), keepdims_(keepdims) {}
+  std::string name() const override;
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
+  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+
+ private:
+  Reduce reduce_;
+  std::vector<int64_t> axes_;
   bool keepdims_;
 };
 

@@ -160,17 +160,12 @@ void ShapeOf::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) c
   for (int64_t d = 0; d < in[0].ndim(); ++d) p[d] = in[0].shape()[d];
 }
 
-std::vector<Shape> InferredShape::infer_shapes(const std::vector<Shape>& inputs,
-                                               const std::vector<const Tensor*>& values) const {
-  return {Shape{static_cast<int64_t>(op_->infer_shapes(inputs, values).at(index_).size())}};
-}
-
 void InferredShape::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const {
   std::vector<Shape> shapes;
   std::vector<const Tensor*> values;
-  for (const Tensor& t : inputs) {
-    shapes.push_back(t.shape());
-    values.push_back(&t);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    shapes.push_back(value_inputs_[i] ? inputs[i].shape() : inputs[i].to_vector<int64_t>());
+    values.push_back(value_inputs_[i] ? &inputs[i] : nullptr);
   }
   const Shape shape = op_->infer_shapes(shapes, values).at(index_);
   std::copy(shape.begin(), shape.end(), outputs[0].data<int64_t>());

@@ -48,15 +48,19 @@ class ShapeOf final : public Op {
   std::vector<Var> L_op(const Node&, const std::vector<Var>&) const override { return {Var()}; }
 };
 
-// The shape of output `index` of `op` applied to these inputs, from their shapes alone: the op's
-// kernel never runs (canonicalize turns shape(exp(x)) into this).
+// The shape of output `index` of `op`, computed by the op's shape inference alone: the op's kernel
+// never runs. Input i is the shape vector of the op's input i, or, where the op's shape inference
+// reads an input's value (reshape's target), that input itself. canonicalize turns shape(f(x))
+// into this, recursively, so only shape arithmetic remains.
 class InferredShape final : public Op {
  public:
-  InferredShape(std::shared_ptr<const Op> op, int index) : op_(std::move(op)), index_(index) {}
+  InferredShape(std::shared_ptr<const Op> op, int index, int64_t ndim, std::vector<bool> value_inputs)
+      : op_(std::move(op)), index_(index), ndim_(ndim), value_inputs_(std::move(value_inputs)) {}
   std::string name() const override { return "inferred_shape{" + op_->name() + "," + std::to_string(index_) + "}"; }
   std::vector<Type> infer_types(const std::vector<Type>&) const override { return {Type{DType::i64, {false}}}; }
-  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
-  std::vector<int> needs_input_values() const override { return op_->needs_input_values(); }
+  std::vector<Shape> infer_shapes(const std::vector<Shape>&, const std::vector<const Tensor*>&) const override {
+    return {Shape{ndim_}};
+  }
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>&) const override {
     return std::vector<Var>(node.inputs.size());
@@ -65,6 +69,8 @@ class InferredShape final : public Op {
  private:
   std::shared_ptr<const Op> op_;
   int index_;
+  int64_t ndim_;
+  std::vector<bool> value_inputs_;
 };
 
 // v with broadcastable axes inserted on the left up to ndim (NumPy's alignment of lower-rank

@@ -105,7 +105,8 @@ std::vector<Var> cast_of_cast(FunctionGraph&, Node& n) {
 std::vector<Var> useless_fill(FunctionGraph&, Node& n) {
   if (elemwise(n).scalar_op() != ScalarOp::fill) return {};
   const Var &like = n.inputs[0], &value = n.inputs[1];
-  const bool like_cannot_grow = like.same(value) || (like.get()->constant && shape_numel(like.get()->constant->shape()) == 1);
+  const bool like_cannot_grow =
+      like.same(value) || like.ndim() == 0 || (like.get()->constant && shape_numel(like.get()->constant->shape()) == 1);
   if (!like_cannot_grow || !same_type(value, out0(n))) return {};
   return {value};
 }
@@ -141,13 +142,20 @@ std::vector<Var> useless_reshape(FunctionGraph&, Node& n) {
   return {};
 }
 
-// shape(f(x)) -> the shape f's shape inference gives from x: f itself need not run
+// shape(f(x)) -> f's shape inference applied to shape(x): f itself need not run, and the rewrite
+// repeats on shape(x) down to the leaves, so only shape arithmetic remains.
 std::vector<Var> shape_without_value(FunctionGraph&, Node& n) {
   const Var& v = n.inputs[0];
   const Node* producer = v.get()->owner;
   if (!producer) return {};
-  if (const auto* inner = dynamic_cast<const InferredShape*>(producer->op.get()); inner) return {};
-  return {apply1(std::make_shared<InferredShape>(producer->op, v.get()->index), producer->inputs, n.loc)};
+  const std::vector<int> needed = producer->op->needs_input_values();
+  std::vector<bool> value_inputs(producer->inputs.size(), false);
+  for (int i : needed) value_inputs.at(i) = true;
+  std::vector<Var> operands;
+  for (size_t i = 0; i < producer->inputs.size(); ++i)
+    operands.push_back(value_inputs[i] ? producer->inputs[i] : shape_of(producer->inputs[i], n.loc));
+  auto op = std::make_shared<InferredShape>(producer->op, v.get()->index, v.ndim(), value_inputs);
+  return {apply1(op, operands, n.loc)};
 }
 
 template <class T> std::type_index of() { return std::type_index(typeid(T)); }
