@@ -23,6 +23,7 @@ set(KILN_SOURCES
   src/rewrite/constant_folding.cpp
   src/rewrite/canonicalize.cpp
   src/rewrite/stabilize.cpp
+  src/rewrite/specialize.cpp
   src/compile/verify_grad.cpp
   src/compile/mode.cpp
   src/compile/runtime.cpp

@@ -169,6 +169,45 @@ std::vector<Var> Dot::L_op(const Node& node, const std::vector<Var>& gouts) cons
   return {g * b, g * a};                                                                  // vector . vector
 }
 
+std::vector<Type> Gemm::infer_types(const std::vector<Type>& in) const {
+  const Type &c = in[0], &a = in[1], &b = in[2], &alpha = in[3], &beta = in[4];
+  for (const Type& t : in)
+    if (t.dtype != c.dtype || !is_float(t.dtype)) throw TypeError("gemm: needs float inputs of one dtype, got " + t.str());
+  if (a.ndim() != 2 || b.ndim() != 2 || c.ndim() != 2 || alpha.ndim() != 0 || beta.ndim() != 0)
+    throw TypeError("gemm: needs 2-D c, a, b and 0-d alpha, beta");
+  return {Type{c.dtype, {a.broadcastable[0], b.broadcastable[1]}}};
+}
+
+std::vector<Shape> Gemm::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>& v) const {
+  Shape out = Dot().infer_shapes({in[1], in[2]}, v)[0];
+  for (size_t d = 0; d < 2; ++d)
+    if (in[0][d] != out[d] && in[0][d] != 1)
+      throw ShapeError("gemm: c of shape " + shape_str(in[0]) + " does not broadcast to the product's shape " + shape_str(out));
+  return {out};
+}
+
+void Gemm::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
+  const Tensor &c = in[0], &a = in[1], &b = in[2];
+  Tensor& o = out[0];
+  const double alpha = in[3].item<double>(), beta = in[4].item<double>();
+  if (beta != 0.0) {
+    Shape strides = c.strides();
+    for (size_t d = 0; d < 2; ++d)
+      if (c.shape()[d] == 1) strides[d] = 0;
+    o.copy_from(c.view(o.shape(), strides, c.offset()));
+  }
+  gemm(false, false, o.shape()[0], o.shape()[1], a.shape()[1], alpha, a, b, beta, o);
+}
+
+std::vector<Var> Gemm::L_op(const Node& node, const std::vector<Var>& gouts) const {
+  const Loc loc = node.loc;
+  const Var &c = node.inputs[0], &a = node.inputs[1], &b = node.inputs[2], &alpha = node.inputs[3], &beta = node.inputs[4];
+  const Var& g = gouts[0];
+  Var gc = sum_to_shape_of(g * beta, c, loc);
+  return {gc, dot(g, transpose(b, loc), loc) * alpha, dot(transpose(a, loc), g, loc) * alpha, sum(g * dot(a, b, loc), {}, false, loc),
+          sum(sum_to_shape_of(g, c, loc) * c, {}, false, loc)};
+}
+
 std::vector<Type> BatchedMatmul::infer_types(const std::vector<Type>& in) const {
   const Type &a = in[0], &b = in[1];
   if (a.dtype != b.dtype || !is_float(a.dtype) || a.ndim() != b.ndim() || a.ndim() < 3)

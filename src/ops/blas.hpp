@@ -18,6 +18,18 @@ class Dot final : public Op {
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
 };
 
+// beta * c + alpha * dot(a, b) in one call of the matrix product (c broadcast to the product's
+// shape; alpha and beta 0-d). specialize builds it from dot, scaling and addition.
+class Gemm final : public Op {
+ public:
+  std::string name() const override { return "gemm"; }
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
+  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+  std::vector<std::pair<int, int>> inplace_options() const override { return {{0, 0}}; }
+};
+
 // NumPy matmul of two inputs of equal ndim >= 3: a batch of matrix products, batch axes broadcast.
 class BatchedMatmul final : public Op {
  public:

@@ -282,21 +282,23 @@ std::vector<Var> LogSumExp::L_op(const Node& node, const std::vector<Var>& gouts
 }
 
 std::vector<Type> SumToShape::infer_types(const std::vector<Type>& in) const {
-  if (in[0].ndim() != in[1].ndim())
-    throw TypeError("sum_to_shape: " + in[0].str() + " and " + in[1].str() + " differ in ndim");
-  return {Type{in[0].dtype, in[1].broadcastable}};
+  if (in[0].ndim() != static_cast<int64_t>(broadcastable_.size()) || !is_integer(in[1].dtype) || in[1].ndim() != 1)
+    throw TypeError(name() + ": cannot sum " + in[0].str() + " to a shape given as " + in[1].str());
+  return {Type{in[0].dtype, broadcastable_}};
 }
 
-std::vector<Shape> SumToShape::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
-  for (size_t d = 0; d < in[0].size(); ++d)
-    if (in[1][d] != in[0][d] && in[1][d] != 1)
-      throw ShapeError("sum_to_shape: cannot sum " + shape_str(in[0]) + " down to " + shape_str(in[1]));
-  return {in[1]};
+std::vector<Shape> SumToShape::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>& values) const {
+  if (!values.at(1)) throw ShapeError(name() + ": the target shape is only known at run time");
+  Shape target = values[1]->to_vector<int64_t>();
+  bool ok = target.size() == in[0].size();
+  for (size_t d = 0; ok && d < target.size(); ++d) ok = in[0][d] == target[d] || target[d] == 1;
+  if (!ok) throw ShapeError("sum_to_shape: cannot sum " + shape_str(in[0]) + " down to " + shape_str(target));
+  return {target};
 }
 
 void SumToShape::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
   const Tensor& g = in[0];
-  const Shape& target = in[1].shape();
+  const Shape target = infer_shapes({g.shape(), in[1].shape()}, {&g, &in[1]})[0];
   if (g.shape() == target) {
     out[0] = g;
     return;
@@ -313,7 +315,7 @@ std::vector<Var> SumToShape::L_op(const Node& node, const std::vector<Var>& gout
 }
 
 Var sum_to_shape_of(const Var& g, const Var& like, const Loc& loc) {
-  return apply1(std::make_shared<SumToShape>(), {g, like}, loc);
+  return apply1(std::make_shared<SumToShape>(like.type().broadcastable), {g, shape_of(like, loc)}, loc);
 }
 
 namespace {

@@ -39,16 +39,26 @@ class LogSumExp final : public Op {
   bool keepdims_;
 };
 
-// Sums g over the axes where `like` has size 1 (at run time) so that the result has like's shape:
-// the gradient of broadcasting. A view of g when nothing was broadcast.
+// sum_to_shape(g, shape): sums g over the axes where `shape` (a 1-D i64 value) has size 1, so that
+// the result has that shape: the gradient of broadcasting. A view of g when nothing was broadcast.
+// It takes a shape, not the value whose shape it is, so that value need not be kept for it.
 class SumToShape final : public Op {
  public:
-  std::string name() const override { return "sum_to_shape"; }
+  explicit SumToShape(std::vector<bool> broadcastable) : broadcastable_(std::move(broadcastable)) {}
+  std::string name() const override {
+    std::string s = "sum_to_shape{";
+    for (bool b : broadcastable_) s += b ? "1" : "?";
+    return s + "}";
+  }
+  std::vector<int> needs_input_values() const override { return {1}; }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
   std::vector<std::pair<int, int>> view_map() const override { return {{0, 0}}; }
+
+ private:
+  std::vector<bool> broadcastable_;
 };
 
 Var sum_to_shape_of(const Var& g, const Var& like, const Loc& loc);

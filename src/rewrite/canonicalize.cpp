@@ -150,7 +150,8 @@ std::vector<Var> shape_without_value(FunctionGraph&, Node& n) {
   if (!producer) return {};
   const std::vector<int> needed = producer->op->needs_input_values();
   std::vector<bool> value_inputs(producer->inputs.size(), false);
-  for (int i : needed) value_inputs.at(i) = true;
+  for (int i : needed)
+    if (i < static_cast<int>(value_inputs.size())) value_inputs[i] = true;
   std::vector<Var> operands;
   for (size_t i = 0; i < producer->inputs.size(); ++i)
     operands.push_back(value_inputs[i] ? producer->inputs[i] : shape_of(producer->inputs[i], n.loc));

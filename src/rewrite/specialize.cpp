@@ -1,0 +1,104 @@
+// specialize: replace general patterns by the special ops that compute them in one step.
+#include "kiln/ops.hpp"
+#include "ops/blas.hpp"
+#include "ops/reduce.hpp"
+#include "rewrite/catalogue.hpp"
+#include "rewrite/patterns.hpp"
+
+namespace kiln {
+
+namespace {
+
+using pattern::as_scalar;
+using pattern::is_scalar_constant;
+using pattern::match;
+using pattern::op_of;
+
+ScalarOp scalar_op(const Node& n) { return static_cast<const Elemwise&>(*n.op).scalar_op(); }
+
+// A term of a sum that is alpha * dot(a, b) for 2-D a, b (alpha possibly 1).
+struct ScaledProduct {
+  Var alpha;
+  Var dot;
+};
+
+std::optional<ScaledProduct> scaled_product(FunctionGraph& graph, const Var& term) {
+  auto is_matrix_product = [&](const Var& v) {
+    const Node* n = pattern::node_of(v);
+    return op_of<Dot>(v) && n->inputs[0].ndim() == 2 && n->inputs[1].ndim() == 2 && pattern::live_clients(graph, v) == 1;
+  };
+  if (is_matrix_product(term)) return ScaledProduct{constant(Tensor::full({}, 1.0, term.dtype())), term};
+  auto factors = match(term, ScalarOp::mul);
+  if (!factors || factors->size() != 2 || pattern::live_clients(graph, term) != 1) return std::nullopt;
+  for (int i = 0; i < 2; ++i) {
+    auto s = as_scalar((*factors)[i]);
+    if (s && is_matrix_product((*factors)[1 - i])) return ScaledProduct{*s, (*factors)[1 - i]};
+  }
+  return std::nullopt;
+}
+
+// c + alpha * dot(a, b), c - alpha * dot(a, b) -> gemm(c, a, b, +-alpha, 1), when c cannot make the
+// result larger than the product
+std::vector<Var> gemm_from_sum(FunctionGraph& graph, Node& n) {
+  const ScalarOp op = scalar_op(n);
+  if ((op != ScalarOp::add && op != ScalarOp::sub) || n.inputs.size() != 2 || n.outputs[0]->type.ndim() != 2) return {};
+  for (int i = 0; i < 2; ++i) {
+    if (op == ScalarOp::sub && i == 0) continue;  // only c - product
+    auto product = scaled_product(graph, n.inputs[i]);
+    if (!product) continue;
+    const Var& c = n.inputs[1 - i];
+    const Type& dot_type = product->dot.type();
+    bool c_fits = c.ndim() == 2 && c.dtype() == dot_type.dtype;
+    for (int64_t d = 0; c_fits && d < 2; ++d) c_fits = !dot_type.broadcastable[d] || c.type().broadcastable[d];
+    if (!c_fits) continue;
+    const Node& dot_node = *product->dot.get()->owner;
+    Var alpha = cast(op == ScalarOp::sub ? -product->alpha : product->alpha, c.dtype(), n.loc);
+    Var beta = constant(Tensor::full({}, 1.0, c.dtype()));
+    return {apply1(std::make_shared<Gemm>(), {c, dot_node.inputs[0], dot_node.inputs[1], alpha, beta}, n.loc)};
+  }
+  return {};
+}
+
+// x ** 2 -> sqr(x), x ** 0.5 -> sqrt(x), x ** 1 -> x
+std::vector<Var> special_powers(FunctionGraph&, Node& n) {
+  if (scalar_op(n) != ScalarOp::pow) return {};
+  const Var &x = n.inputs[0], &e = n.inputs[1];
+  if (is_scalar_constant(e, 2.0)) return {sqr(x, n.loc)};
+  if (is_scalar_constant(e, 0.5)) return {sqrt(x, n.loc)};
+  if (is_scalar_constant(e, 1.0)) return {x};
+  return {};
+}
+
+// sum(s * x) -> s * sum(x) for a scalar s: the scaling runs on the (smaller) sum
+std::vector<Var> sum_of_scaled(FunctionGraph& graph, Node& n) {
+  const auto& r = static_cast<const Reduce&>(*n.op);
+  const Var& in = n.inputs[0];
+  if (r.kind() != ReduceKind::sum || !is_float(in.dtype()) || pattern::live_clients(graph, in) != 1) return {};
+  auto factors = match(in, ScalarOp::mul);
+  if (!factors) return {};
+  for (size_t i = 0; i < factors->size(); ++i) {
+    auto s = as_scalar((*factors)[i]);
+    if (!s) continue;
+    std::vector<Var> rest;
+    for (size_t j = 0; j < factors->size(); ++j)
+      if (j != i) rest.push_back((*factors)[j]);
+    Var product = rest.size() == 1 ? rest[0] : apply1(std::make_shared<Elemwise>(ScalarOp::mul, DType::f32, static_cast<int>(rest.size())), rest, n.loc);
+    if (product.ndim() != in.ndim()) return {};
+    return {*s * apply1(n.op, {product}, n.loc)};
+  }
+  return {};
+}
+
+template <class T> std::type_index of() { return std::type_index(typeid(T)); }
+
+}  // namespace
+
+RewriteGroup specialize_group() {
+  return {"specialize",
+          {},
+          {{"gemm_from_sum", {of<Elemwise>()}, gemm_from_sum},
+           {"special_powers", {of<Elemwise>()}, special_powers},
+           {"sum_of_scaled", {of<Reduce>()}, sum_of_scaled}}};
+}
+
+}  // namespace kiln
