@@ -5,7 +5,6 @@
 #include "kiln/ops.hpp"
 #include "ops/reduce.hpp"
 #include "ops/shape.hpp"
-#include "ops/scalar_math.hpp"
 #include "tensor/dispatch.hpp"
 #include "tensor/nd_loop.hpp"
 
@@ -262,55 +261,16 @@ constexpr int64_t kCheap = 1 << 16;
 constexpr int64_t kCostly = 1 << 14;
 
 template <class T> void perform_unary(ScalarOp op, Tensor& out, const Tensor& a) {
-  auto run = [&](auto f, int64_t threshold = kCheap) { map1<T, T>(out, a, f, threshold); };
-  switch (op) {
-    case ScalarOp::neg: return run([](T x) { return static_cast<T>(-x); });
-    case ScalarOp::sqr: return run([](T x) { return static_cast<T>(x * x); });
-    case ScalarOp::relu: return run([](T x) { return x > T(0) ? x : T(0); });
-    case ScalarOp::abs: return run([](T x) { return x < T(0) ? static_cast<T>(-x) : x; });
-    case ScalarOp::sign: return run([](T x) { return static_cast<T>((T(0) < x) - (x < T(0))); });
-    default: break;
-  }
-  if constexpr (std::is_floating_point_v<T>) {
-    switch (op) {
-      case ScalarOp::exp: return run([](T x) { return fastmath::exp(x); }, kCostly);
-      case ScalarOp::log: return run([](T x) { return std::log(x); }, kCostly);
-      case ScalarOp::log1p: return run([](T x) { return std::log1p(x); }, kCostly);
-      case ScalarOp::expm1: return run([](T x) { return std::expm1(x); }, kCostly);
-      case ScalarOp::sqrt: return run([](T x) { return std::sqrt(x); });
-      case ScalarOp::tanh: return run([](T x) { return fastmath::tanh(x); }, kCostly);
-      case ScalarOp::sigmoid: return run([](T x) { return fastmath::sigmoid(x); }, kCostly);
-      case ScalarOp::softplus: return run([](T x) { return fastmath::softplus(x); }, kCostly);
-      case ScalarOp::sin: return run([](T x) { return std::sin(x); }, kCostly);
-      case ScalarOp::cos: return run([](T x) { return std::cos(x); }, kCostly);
-      default: break;
-    }
-  }
-  throw TypeError(std::string(scalar_op_name(op)) + ": no kernel for " + dtype_name(a.dtype()));
+  const bool found = visit_unary<T>(op, [&](auto f, bool costly) { map1<T, T>(out, a, f, costly ? kCostly : kCheap); });
+  if (!found) throw TypeError(std::string(scalar_op_name(op)) + ": no kernel for " + dtype_name(a.dtype()));
 }
 
 template <class T> void perform_binary(ScalarOp op, Tensor& out, const Tensor& a, const Tensor& b) {
-  auto arith = [&](auto f, int64_t threshold = kCheap) { map2<T, T>(out, a, b, f, threshold); };
-  auto compare = [&](auto f) { map2<bool, T>(out, a, b, f, kCheap); };
-  switch (op) {
-    case ScalarOp::add: return arith([](T x, T y) { return static_cast<T>(x + y); });
-    case ScalarOp::sub: return arith([](T x, T y) { return static_cast<T>(x - y); });
-    case ScalarOp::mul: return arith([](T x, T y) { return static_cast<T>(x * y); });
-    case ScalarOp::maximum: return arith([](T x, T y) { return x != x ? x : (x > y ? x : y); });
-    case ScalarOp::minimum: return arith([](T x, T y) { return x != x ? x : (x < y ? x : y); });
-    case ScalarOp::lt: return compare([](T x, T y) { return x < y; });
-    case ScalarOp::le: return compare([](T x, T y) { return x <= y; });
-    case ScalarOp::gt: return compare([](T x, T y) { return x > y; });
-    case ScalarOp::ge: return compare([](T x, T y) { return x >= y; });
-    case ScalarOp::eq: return compare([](T x, T y) { return x == y; });
-    case ScalarOp::ne: return compare([](T x, T y) { return x != y; });
-    default: break;
-  }
-  if constexpr (std::is_floating_point_v<T>) {
-    if (op == ScalarOp::div) return arith([](T x, T y) { return x / y; });
-    if (op == ScalarOp::pow) return arith([](T x, T y) { return std::pow(x, y); }, kCostly);
-  }
-  throw TypeError(std::string(scalar_op_name(op)) + ": no kernel for " + dtype_name(a.dtype()));
+  const bool found = visit_binary<T>(op, [&](auto f, bool costly) {
+    using R = decltype(f(T{}, T{}));
+    map2<R, T>(out, a, b, f, costly ? kCostly : kCheap);
+  });
+  if (!found) throw TypeError(std::string(scalar_op_name(op)) + ": no kernel for " + dtype_name(a.dtype()));
 }
 
 }  // namespace
@@ -326,15 +286,7 @@ void Elemwise::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) 
     return dispatch_dtype(in[1].dtype(), [&](auto tag) { map_where<decltype(tag)>(o, in[0], in[1], in[2]); });
   dispatch_dtype(in[0].dtype(), [&](auto tag) {
     using T = decltype(tag);
-    if constexpr (std::is_same_v<T, bool>) {
-      switch (op_) {
-        case ScalarOp::eq: return map2<bool, bool>(o, in[0], in[1], [](bool x, bool y) { return x == y; }, kCheap);
-        case ScalarOp::ne: return map2<bool, bool>(o, in[0], in[1], [](bool x, bool y) { return x != y; }, kCheap);
-        case ScalarOp::maximum: return map2<bool, bool>(o, in[0], in[1], [](bool x, bool y) { return x || y; }, kCheap);
-        case ScalarOp::minimum: return map2<bool, bool>(o, in[0], in[1], [](bool x, bool y) { return x && y; }, kCheap);
-        default: throw TypeError(name() + ": no kernel for b8");
-      }
-    } else if (in.size() == 1) {
+    if (in.size() == 1) {
       perform_unary<T>(op_, o, in[0]);
     } else {
       perform_binary<T>(op_, o, in[0], in[1]);

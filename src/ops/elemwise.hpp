@@ -3,16 +3,10 @@
 
 #include "graph/node.hpp"
 #include "graph/op.hpp"
+#include "ops/scalar_ops.hpp"
 
 namespace kiln {
 
-// The closed set of scalar operations every elementwise node applies (tinygrad's few primitives).
-enum class ScalarOp {
-  neg, exp, log, log1p, expm1, sqrt, sqr, tanh, sigmoid, softplus, relu, abs, sign, sin, cos, cast,
-  add, sub, mul, div, pow, maximum, minimum, lt, le, gt, ge, eq, ne, fill, where
-};
-const char* scalar_op_name(ScalarOp op);
-int scalar_op_arity(ScalarOp op);
 
 // One op for all of them: NumPy broadcasting over inputs of equal ndim and (after the builder's
 // casts) equal dtype; fill's first input only gives the shape, where's first is the b8 condition.
@@ -36,7 +30,6 @@ class Elemwise final : public Op {
   int arity_;
 };
 
-bool is_variadic(ScalarOp op);  // add, mul
 
 // Builds an elementwise node: promotes dtypes (docs/ops.md), pads lower-rank inputs with
 // broadcastable axes, casts inputs to the common dtype.
