@@ -15,6 +15,7 @@ set(KILN_SOURCES
   src/ops/subtensor.cpp
   src/ops/join.cpp
   src/ops/nnet.cpp
+  src/ops/composite.cpp
   src/grad/grad.cpp
   src/rewrite/engine.cpp
   src/rewrite/patterns.cpp
@@ -24,6 +25,7 @@ set(KILN_SOURCES
   src/rewrite/canonicalize.cpp
   src/rewrite/stabilize.cpp
   src/rewrite/specialize.cpp
+  src/rewrite/fusion.cpp
   src/compile/verify_grad.cpp
   src/compile/mode.cpp
   src/compile/runtime.cpp

@@ -49,7 +49,8 @@ inline Tensor random_tensor(const Shape& shape, DType dtype = DType::f64, double
   return Tensor::from(v, shape).to(dtype);
 }
 
-// How many nodes of each op (by printed name, parameters stripped) the compiled graph holds.
+// How many nodes of each op (by printed name, parameters stripped) the compiled graph holds; the
+// ops inside a fused composite{...} count too (and the composite itself as "composite").
 inline std::map<std::string, int> op_counts(const Function& f) {
   std::map<std::string, int> counts;
   std::set<std::string> seen;
@@ -57,9 +58,27 @@ inline std::map<std::string, int> op_counts(const Function& f) {
   std::string line;
   static const std::regex node(R"(([A-Za-z_0-9]+)(\{[^ ]*\}|\[[^ ]*\]|\([^ ]*\))? \[id ([A-Z]+)\])");
   std::smatch m;
-  while (std::getline(lines, line))
-    if (std::regex_search(line, m, node) && seen.insert(m[3]).second) ++counts[m[1]];
+  while (std::getline(lines, line)) {
+    if (!std::regex_search(line, m, node) || !seen.insert(m[3]).second) continue;
+    ++counts[m[1]];
+    if (m[1] != "composite") continue;
+    std::string body = m[2].str().substr(1, m[2].length() - 2);
+    body = body.substr(0, body.find('|'));
+    std::istringstream ops(body);
+    for (std::string op; std::getline(ops, op, ',');) ++counts[op];
+  }
   return counts;
+}
+
+// How many nodes the compiled graph holds (a composite counts once).
+inline int node_count(const Function& f) {
+  std::set<std::string> ids;
+  std::istringstream lines(f.graph_text());
+  static const std::regex id(R"(\[id ([A-Z]+)\])");
+  std::smatch m;
+  for (std::string line; std::getline(lines, line);)
+    if (std::regex_search(line, m, id)) ids.insert(m[1]);
+  return static_cast<int>(ids.size());
 }
 
 inline int count_op(const Function& f, const std::string& name) {

@@ -1,0 +1,285 @@
+#include "ops/composite.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "tensor/dispatch.hpp"
+
+namespace kiln {
+
+namespace {
+
+constexpr int64_t kBlock = 1024;
+constexpr int64_t kParallelElements = 1 << 15;
+
+// How a block of one input is obtained.
+enum class Feed { direct, splat, gather };
+
+struct InputPlan {
+  Feed feed;
+  const std::byte* base;
+  Shape strides;  // broadcast strides (0 on stretched axes), for gather
+};
+
+void run_instruction(const ScalarInstruction& ins, int64_t n, void* dst, const std::vector<const void*>& args,
+                     const std::vector<DType>& arg_dtypes) {
+  const DType in_dtype = arg_dtypes.empty() ? ins.dtype : arg_dtypes.back();
+  if (ins.op == ScalarOp::fill) {
+    std::memcpy(dst, args[1], static_cast<size_t>(n) * dtype_size(ins.dtype));
+    return;
+  }
+  if (ins.op == ScalarOp::cast) {
+    dispatch_dtype(ins.dtype, [&](auto out_tag) {
+      using O = decltype(out_tag);
+      dispatch_dtype(arg_dtypes[0], [&](auto in_tag) {
+        using I = decltype(in_tag);
+        const I* a = static_cast<const I*>(args[0]);
+        O* o = static_cast<O*>(dst);
+        for (int64_t i = 0; i < n; ++i) o[i] = static_cast<O>(a[i]);
+      });
+    });
+    return;
+  }
+  if (ins.op == ScalarOp::where) {
+    dispatch_dtype(ins.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      const bool* c = static_cast<const bool*>(args[0]);
+      const T *a = static_cast<const T*>(args[1]), *b = static_cast<const T*>(args[2]);
+      T* o = static_cast<T*>(dst);
+      for (int64_t i = 0; i < n; ++i) o[i] = c[i] ? a[i] : b[i];
+    });
+    return;
+  }
+  dispatch_dtype(in_dtype, [&](auto tag) {
+    using T = decltype(tag);
+    bool found;
+    if (args.size() == 1) {
+      found = visit_unary<T>(ins.op, [&](auto f, bool) {
+        const T* a = static_cast<const T*>(args[0]);
+        T* o = static_cast<T*>(dst);
+        for (int64_t i = 0; i < n; ++i) o[i] = f(a[i]);
+      });
+    } else {
+      found = visit_binary<T>(ins.op, [&](auto f, bool) {
+        using R = decltype(f(T{}, T{}));
+        R* o = static_cast<R*>(dst);
+        const T *a = static_cast<const T*>(args[0]), *b = static_cast<const T*>(args[1]);
+        for (int64_t i = 0; i < n; ++i) o[i] = f(a[i], b[i]);
+        if constexpr (std::is_same_v<R, T>)
+          for (size_t k = 2; k < args.size(); ++k) {
+            const T* c = static_cast<const T*>(args[k]);
+            for (int64_t i = 0; i < n; ++i) o[i] = f(o[i], c[i]);
+          }
+      });
+    }
+    if (!found) throw TypeError(std::string("composite: ") + scalar_op_name(ins.op) + " has no kernel for " + dtype_name(in_dtype));
+  });
+}
+
+// Copies block [start, start+n) of a broadcast input (row-major order of `shape`) into dst.
+void gather(const InputPlan& in, const Shape& shape, int64_t start, int64_t n, size_t elem, std::byte* dst) {
+  const int64_t nd = static_cast<int64_t>(shape.size());
+  Shape index(nd, 0);
+  int64_t rest = start, offset = 0;
+  for (int64_t d = nd - 1; d >= 0; --d) {
+    index[d] = rest % shape[d];
+    rest /= shape[d];
+    offset += index[d] * in.strides[d];
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    std::memcpy(dst + i * elem, in.base + offset * static_cast<int64_t>(elem), elem);
+    for (int64_t d = nd - 1; d >= 0; --d) {
+      offset += in.strides[d];
+      if (++index[d] < shape[d]) break;
+      offset -= in.strides[d] * shape[d];
+      index[d] = 0;
+    }
+  }
+}
+
+}  // namespace
+
+bool Composite::fusable_axes(const std::vector<int64_t>& axes, int64_t ndim) {
+  if (axes.empty()) return false;
+  bool leading = true, trailing = true;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    leading = leading && axes[i] == static_cast<int64_t>(i);
+    trailing = trailing && axes[i] == ndim - static_cast<int64_t>(axes.size()) + static_cast<int64_t>(i);
+  }
+  return leading || trailing;
+}
+
+std::string Composite::name() const {
+  std::string s = "composite{";
+  for (size_t i = 0; i < program_.size(); ++i) s += (i ? "," : "") + std::string(scalar_op_name(program_[i].op));
+  if (reduction_) s += reduction_->kind == ReduceKind::mean ? "|mean" : "|sum";
+  return s + "}";
+}
+
+std::vector<Type> Composite::infer_types(const std::vector<Type>& in) const {
+  if (static_cast<int>(in.size()) != n_inputs_)
+    throw TypeError(name() + ": takes " + std::to_string(n_inputs_) + " inputs, got " + std::to_string(in.size()));
+  return {result_};
+}
+
+Shape Composite::elementwise_shape(const std::vector<Shape>& in) const {
+  size_t nd = 0;
+  for (const Shape& s : in) nd = std::max(nd, s.size());
+  Shape out(nd, 1);
+  for (const Shape& s : in)
+    for (size_t d = 0; d < s.size(); ++d) {
+      const size_t od = d + nd - s.size();
+      if (s[d] == out[od] || s[d] == 1) continue;
+      if (out[od] != 1)
+        throw ShapeError(name() + ": input shapes cannot be broadcast together (dimension " + std::to_string(od) + " is " +
+                         std::to_string(out[od]) + " vs " + std::to_string(s[d]) + ")");
+      out[od] = s[d];
+    }
+  return out;
+}
+
+std::vector<Shape> Composite::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
+  Shape full = elementwise_shape(in);
+  if (!reduction_) return {full};
+  Shape out;
+  for (int64_t d = 0; d < static_cast<int64_t>(full.size()); ++d) {
+    const bool reduced = std::find(reduction_->axes.begin(), reduction_->axes.end(), d) != reduction_->axes.end();
+    if (!reduced) out.push_back(full[d]);
+    else if (reduction_->keepdims) out.push_back(1);
+  }
+  return {out};
+}
+
+void Composite::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
+  std::vector<Shape> shapes;
+  for (const Tensor& t : in) shapes.push_back(t.shape());
+  const Shape shape = elementwise_shape(shapes);
+  const int64_t nd = static_cast<int64_t>(shape.size());
+  const int64_t total = shape_numel(shape);
+  Tensor& o = out[0];
+
+  std::vector<DType> reg_dtype;
+  for (const Tensor& t : in) reg_dtype.push_back(t.dtype());
+  for (const ScalarInstruction& ins : program_) reg_dtype.push_back(ins.dtype);
+  const int result_reg = static_cast<int>(reg_dtype.size()) - 1;
+  const DType result_dtype = reg_dtype[result_reg];
+
+  std::vector<InputPlan> plans;
+  for (const Tensor& t : in) {
+    Shape strides(nd, 0);
+    for (int64_t d = 0; d < t.ndim(); ++d) {
+      const int64_t od = d + nd - t.ndim();
+      strides[od] = t.shape()[d] == 1 ? 0 : t.strides()[d];
+    }
+    const bool direct = t.shape() == shape && t.is_contiguous();
+    plans.push_back({direct ? Feed::direct : t.numel() == 1 ? Feed::splat : Feed::gather, t.raw_data(), strides});
+  }
+
+  // Reduction bookkeeping: each element of a block adds to out[index / inner] (trailing axes) or
+  // out[index % outer] (leading axes); all axes is the trailing case with one output.
+  int64_t reduce_divisor = 0, reduce_modulus = 0;
+  if (reduction_) {
+    const auto& axes = reduction_->axes;
+    int64_t reduced_count = 1;
+    for (int64_t a : axes) reduced_count *= shape[a];
+    const bool leading = axes.front() == 0 && static_cast<int64_t>(axes.size()) < nd;
+    if (leading) reduce_modulus = total / std::max<int64_t>(reduced_count, 1);
+    else reduce_divisor = std::max<int64_t>(reduced_count, 1);
+  }
+  const bool reducing = reduction_.has_value();
+  const int64_t n_out = reducing ? o.numel() : 0;
+
+  auto run_blocks = [&](int64_t first_block, int64_t last_block, std::vector<double>& partial) {
+    const size_t n_regs = reg_dtype.size();
+    std::vector<std::vector<std::byte>> scratch(n_regs);
+    std::vector<const void*> reg(n_regs, nullptr);
+    for (size_t r = 0; r < n_regs; ++r) scratch[r].resize(kBlock * dtype_size(reg_dtype[r]) + 64);
+    auto aligned = [](std::vector<std::byte>& v) {
+      return reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(v.data()) + 63) & ~uintptr_t{63});
+    };
+    for (size_t i = 0; i < plans.size(); ++i)
+      if (plans[i].feed == Feed::splat) {
+        const size_t es = dtype_size(reg_dtype[i]);
+        std::byte* dst = aligned(scratch[i]);
+        for (int64_t k = 0; k < kBlock; ++k) std::memcpy(dst + k * es, plans[i].base, es);
+      }
+    std::vector<const void*> args;
+    std::vector<DType> arg_dtypes;
+    for (int64_t b = first_block; b < last_block; ++b) {
+      const int64_t start = b * kBlock, n = std::min(kBlock, total - start);
+      for (size_t i = 0; i < plans.size(); ++i) {
+        const size_t es = dtype_size(reg_dtype[i]);
+        if (plans[i].feed == Feed::direct) reg[i] = plans[i].base + start * static_cast<int64_t>(es);
+        else if (plans[i].feed == Feed::splat) reg[i] = aligned(scratch[i]);
+        else {
+          gather(plans[i], shape, start, n, es, aligned(scratch[i]));
+          reg[i] = aligned(scratch[i]);
+        }
+      }
+      for (size_t k = 0; k < program_.size(); ++k) {
+        const int r = n_inputs_ + static_cast<int>(k);
+        void* dst = (!reducing && r == result_reg)
+                        ? static_cast<void*>(o.raw_data() + start * static_cast<int64_t>(dtype_size(result_dtype)))
+                        : static_cast<void*>(aligned(scratch[r]));
+        args.clear();
+        arg_dtypes.clear();
+        for (int a : program_[k].args) {
+          args.push_back(reg[a]);
+          arg_dtypes.push_back(reg_dtype[a]);
+        }
+        run_instruction(program_[k], n, dst, args, arg_dtypes);
+        reg[r] = dst;
+      }
+      if (!reducing) continue;
+      dispatch_float(result_dtype, "composite reduction", [&](auto tag) {
+        using T = decltype(tag);
+        const T* v = static_cast<const T*>(reg[result_reg]);
+        if (reduce_modulus) {
+          for (int64_t i = 0; i < n; ++i) partial[(start + i) % reduce_modulus] += v[i];
+        } else if (reduce_divisor >= total) {
+          double acc = 0;
+#pragma omp simd reduction(+ : acc)
+          for (int64_t i = 0; i < n; ++i) acc += v[i];
+          partial[0] += acc;
+        } else {
+          for (int64_t i = 0; i < n; ++i) partial[(start + i) / reduce_divisor] += v[i];
+        }
+      });
+    }
+  };
+
+  const int64_t n_blocks = (total + kBlock - 1) / kBlock;
+  const int threads = omp_get_max_threads();
+  // Parallel over blocks when there is enough work; a reduction over everything combines
+  // per-thread partial sums, other reductions run on one thread (their outputs interleave).
+  const bool parallel = threads > 1 && total >= kParallelElements && !omp_in_parallel() &&
+                        (!reducing || reduce_divisor >= total);
+  std::vector<std::vector<double>> partials(parallel ? threads : 1, std::vector<double>(n_out, 0.0));
+  if (parallel) {
+#pragma omp parallel num_threads(threads)
+    {
+      const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+      run_blocks(n_blocks * t / nt, n_blocks * (t + 1) / nt, partials[t]);
+    }
+  } else {
+    run_blocks(0, n_blocks, partials[0]);
+  }
+  if (!reducing) return;
+  for (size_t t = 1; t < partials.size(); ++t)
+    for (int64_t i = 0; i < n_out; ++i) partials[0][i] += partials[t][i];
+  const double scale = reduction_->kind == ReduceKind::mean ? static_cast<double>(n_out) / static_cast<double>(std::max<int64_t>(total, 1)) : 1.0;
+  dispatch_float(o.dtype(), "composite reduction", [&](auto tag) {
+    using T = decltype(tag);
+    T* p = o.data<T>();
+    for (int64_t i = 0; i < n_out; ++i) p[i] = static_cast<T>(partials[0][i] * scale);
+  });
+}
+
+std::vector<Var> Composite::L_op(const Node& node, const std::vector<Var>&) const {
+  throw GradError(name() + " is a fused op made while compiling (built at " + node.where() +
+                  "); differentiate the graph before compiling it");
+}
+
+}  // namespace kiln

@@ -1,0 +1,53 @@
+#pragma once
+#include <optional>
+
+#include "graph/op.hpp"
+#include "ops/reduce.hpp"
+#include "ops/scalar_ops.hpp"
+
+namespace kiln {
+
+// One step of a fused program: op applied to registers `args`. Registers 0..n_inputs-1 hold the
+// inputs; instruction k writes register n_inputs + k.
+struct ScalarInstruction {
+  ScalarOp op;
+  DType dtype;  // of the result
+  std::vector<int> args;
+};
+
+// A sum or mean over all axes, a leading run of axes or a trailing run of axes (the ones a
+// row-major walk can accumulate without revisiting outputs).
+struct FusedReduction {
+  ReduceKind kind;
+  std::vector<int64_t> axes;
+  bool keepdims;
+};
+
+// A connected group of elementwise ops fused into one pass over memory: the program runs block
+// by block (cache-sized), temporaries never reach main memory, and an optional reduction
+// accumulates the result instead of writing it.
+class Composite final : public Op {
+ public:
+  Composite(int n_inputs, std::vector<ScalarInstruction> program, Type result, std::optional<FusedReduction> reduction)
+      : n_inputs_(n_inputs), program_(std::move(program)), result_(std::move(result)), reduction_(std::move(reduction)) {}
+  int n_inputs() const { return n_inputs_; }
+  const std::vector<ScalarInstruction>& program() const { return program_; }
+  const std::optional<FusedReduction>& reduction() const { return reduction_; }
+  std::string name() const override;
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
+  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>&) const override;
+
+  // Whether a reduction over these axes of an ndim-dimensional value can be fused.
+  static bool fusable_axes(const std::vector<int64_t>& axes, int64_t ndim);
+
+ private:
+  Shape elementwise_shape(const std::vector<Shape>& inputs) const;
+  int n_inputs_;
+  std::vector<ScalarInstruction> program_;
+  Type result_;
+  std::optional<FusedReduction> reduction_;
+};
+
+}  // namespace kiln
