@@ -12,6 +12,7 @@ struct Instruction {
   std::vector<int> inputs;
   std::vector<int> outputs;
   std::vector<int> release_after;  // slots whose last reader is this instruction
+  std::vector<bool> output_is_view;  // the op sets these outputs itself (its view_map)
 };
 
 // A flat list of instructions and where each kind of value lives.

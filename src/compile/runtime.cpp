@@ -23,9 +23,10 @@ Program emit_program(const FunctionGraph& graph, const std::vector<Var>& results
   for (const Var& in : graph.inputs()) p.input_slots.push_back(slot(in.get()));
   std::vector<Node*> order = topological_order(results);
   for (Node* n : order) {
-    Instruction ins{n, {}, {}, {}};
+    Instruction ins{n, {}, {}, {}, std::vector<bool>(n->outputs.size(), false)};
     for (const Var& v : n->inputs) ins.inputs.push_back(slot(v.get()));
     for (const auto& v : n->outputs) ins.outputs.push_back(slot(v.get()));
+    for (auto [out, in] : n->op->view_map()) ins.output_is_view[out] = true;
     p.code.push_back(std::move(ins));
   }
   for (const Var& r : results) p.result_slots.push_back(slot(r.get()));
@@ -68,11 +69,8 @@ class CollectingRuntime final : public Runtime {
       try {
         std::vector<Shape> out_shapes = op.infer_shapes(shapes, values);
         outputs.assign(ins.outputs.size(), Tensor());
-        auto views = op.view_map();
-        for (size_t o = 0; o < outputs.size(); ++o) {
-          bool is_view = std::any_of(views.begin(), views.end(), [&](auto& vm) { return vm.first == static_cast<int>(o); });
-          if (!is_view) outputs[o] = Tensor::empty(out_shapes[o], ins.node->outputs[o]->type.dtype);
-        }
+        for (size_t o = 0; o < outputs.size(); ++o)
+          if (!ins.output_is_view[o]) outputs[o] = Tensor::empty(out_shapes[o], ins.node->outputs[o]->type.dtype);
         op.perform(inputs, outputs);
       } catch (const Error& e) {
         e.rethrow_with(std::string(e.what()) + "\n  while running " + op.name() + " on " + describe_inputs(inputs) +

@@ -43,9 +43,14 @@ template <class T>
 void eigen_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
                 int64_t ldb, T beta, T* c, int64_t ldc) {
   OutMap<T> C(c, m, n, Eigen::OuterStride<>(ldc));
+  // noalias: accumulate straight into C (otherwise Eigen builds A*B in a zeroed temporary first).
   auto run = [&](const auto& A, const auto& B) {
-    if (beta == T(0)) C.noalias() = alpha * (A * B);
-    else C = beta * C + alpha * (A * B);
+    if (beta == T(0)) {
+      C.noalias() = alpha * (A * B);
+      return;
+    }
+    if (beta != T(1)) C *= beta;
+    C.noalias() += alpha * (A * B);
   };
   // op(A) is m x k: stored row-major (m x k, ld lda) or, when transposed, as k x m row-major,
   // which is the same memory as an m x k column-major matrix.
@@ -76,8 +81,9 @@ void rank1_update(int64_t m, int64_t n, T alpha, const T* a, int64_t sa, const T
 }
 
 // oneDNN's JIT gemm wins once there are enough rows to fill its AVX-512 tiles; Eigen's
-// matrix-vector kernels win for single rows and for depth below 16 (bench/gemm.cpp, docs/performance.md).
-bool use_onednn(int64_t m, int64_t n, int64_t k) { return m >= 8 && n >= 8 && k >= 16; }
+// matrix-vector kernels win for single rows and for small products of depth below 16
+// (bench/gemm.cpp, docs/performance.md).
+bool use_onednn(int64_t m, int64_t n, int64_t k) { return m >= 8 && n >= 8 && (k >= 16 || m * n >= (1 << 16)); }
 
 }  // namespace
 

@@ -191,38 +191,45 @@ void Composite::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out)
   const bool reducing = reduction_.has_value();
   const int64_t n_out = reducing ? o.numel() : 0;
 
+  const int64_t block = std::min(kBlock, std::max<int64_t>(total, 1));
   auto run_blocks = [&](int64_t first_block, int64_t last_block, std::vector<double>& partial) {
+    // Registers live in one per-thread buffer, reused across calls: a block of each, 64-byte aligned.
     const size_t n_regs = reg_dtype.size();
-    std::vector<std::vector<std::byte>> scratch(n_regs);
+    std::vector<size_t> offset(n_regs);
+    size_t bytes = 0;
+    for (size_t r = 0; r < n_regs; ++r) {
+      offset[r] = bytes;
+      bytes += (static_cast<size_t>(block) * dtype_size(reg_dtype[r]) + 63) / 64 * 64;
+    }
+    thread_local std::vector<std::byte> buffer;
+    if (buffer.size() < bytes + 64) buffer.resize(bytes + 64);
+    std::byte* base = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(buffer.data()) + 63) & ~uintptr_t{63});
     std::vector<const void*> reg(n_regs, nullptr);
-    for (size_t r = 0; r < n_regs; ++r) scratch[r].resize(kBlock * dtype_size(reg_dtype[r]) + 64);
-    auto aligned = [](std::vector<std::byte>& v) {
-      return reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(v.data()) + 63) & ~uintptr_t{63});
-    };
+    auto scratch = [&](size_t r) { return base + offset[r]; };
     for (size_t i = 0; i < plans.size(); ++i)
       if (plans[i].feed == Feed::splat) {
         const size_t es = dtype_size(reg_dtype[i]);
-        std::byte* dst = aligned(scratch[i]);
-        for (int64_t k = 0; k < kBlock; ++k) std::memcpy(dst + k * es, plans[i].base, es);
+        std::byte* dst = scratch(i);
+        for (int64_t k = 0; k < block; ++k) std::memcpy(dst + k * es, plans[i].base, es);
       }
     std::vector<const void*> args;
     std::vector<DType> arg_dtypes;
     for (int64_t b = first_block; b < last_block; ++b) {
-      const int64_t start = b * kBlock, n = std::min(kBlock, total - start);
+      const int64_t start = b * block, n = std::min(block, total - start);
       for (size_t i = 0; i < plans.size(); ++i) {
         const size_t es = dtype_size(reg_dtype[i]);
         if (plans[i].feed == Feed::direct) reg[i] = plans[i].base + start * static_cast<int64_t>(es);
-        else if (plans[i].feed == Feed::splat) reg[i] = aligned(scratch[i]);
+        else if (plans[i].feed == Feed::splat) reg[i] = scratch(i);
         else {
-          gather(plans[i], shape, start, n, es, aligned(scratch[i]));
-          reg[i] = aligned(scratch[i]);
+          gather(plans[i], shape, start, n, es, scratch(i));
+          reg[i] = scratch(i);
         }
       }
       for (size_t k = 0; k < program_.size(); ++k) {
         const int r = n_inputs_ + static_cast<int>(k);
         void* dst = (!reducing && r == result_reg)
                         ? static_cast<void*>(o.raw_data() + start * static_cast<int64_t>(dtype_size(result_dtype)))
-                        : static_cast<void*>(aligned(scratch[r]));
+                        : static_cast<void*>(scratch(r));
         args.clear();
         arg_dtypes.clear();
         for (int a : program_[k].args) {
@@ -250,7 +257,7 @@ void Composite::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out)
     }
   };
 
-  const int64_t n_blocks = (total + kBlock - 1) / kBlock;
+  const int64_t n_blocks = (total + block - 1) / block;
   const int threads = omp_get_max_threads();
   // Parallel over blocks when there is enough work; a reduction over everything combines
   // per-thread partial sums, other reductions run on one thread (their outputs interleave).
