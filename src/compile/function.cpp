@@ -112,11 +112,42 @@ Tensor check_input(const FunctionImpl& f, size_t i, const Tensor& value) {
   return convert_lossless(value, type.dtype, "function: " + input_label(f, i));
 }
 
-bool overlaps_any(const Tensor& t, const std::vector<Tensor>& others) {
-  for (const Tensor& o : others)
-    if (o.defined() && t.shares_memory(o)) return true;
-  return false;
-}
+// Values indexed for overlap checks. Distinct kiln-owned storages never overlap, so an owned value
+// is compared only with values of its own storage; borrowed (user-wrapped) memory may alias
+// anything and is compared with everything. Each entry may name an owner to skip.
+class MemoryIndex {
+ public:
+  void add(const Tensor& t, const void* owner = nullptr) {
+    if (!t.defined()) return;
+    entries_.push_back({t, owner});
+    const size_t i = entries_.size() - 1;
+    if (t.storage()->owned()) by_storage_[t.storage().get()].push_back(i);
+    else borrowed_.push_back(i);
+  }
+  bool overlaps(const Tensor& t, const void* except = nullptr) const {
+    if (!t.defined()) return false;
+    auto hit = [&](size_t i) {
+      if (except && entries_[i].second == except) return false;
+      return t.shares_memory(entries_[i].first);
+    };
+    if (!t.storage()->owned()) {
+      for (size_t i = 0; i < entries_.size(); ++i)
+        if (hit(i)) return true;
+      return false;
+    }
+    if (auto it = by_storage_.find(t.storage().get()); it != by_storage_.end())
+      for (size_t i : it->second)
+        if (hit(i)) return true;
+    for (size_t i : borrowed_)
+      if (hit(i)) return true;
+    return false;
+  }
+
+ private:
+  std::vector<std::pair<Tensor, const void*>> entries_;
+  std::unordered_map<const Storage*, std::vector<size_t>> by_storage_;
+  std::vector<size_t> borrowed_;
+};
 
 }  // namespace
 
@@ -178,8 +209,11 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
     for (size_t i = 0; i < args.size(); ++i) f.last_shapes.push_back(slots[p.input_slots[i]].shape());
     f.called = true;
   }
-  std::vector<Tensor> protected_values(args.begin(), args.end());
-  for (const auto& [s, value] : p.constant_slots) protected_values.push_back(value);
+  // What no update or default output may alias: the caller's inputs, constants, shared buffers.
+  MemoryIndex protected_values, shared_values;
+  for (const Tensor& a : args) protected_values.add(a);
+  for (const auto& [s, value] : p.constant_slots) protected_values.add(value);
+  for (size_t i = 0; i < p.shared_slots.size(); ++i) shared_values.add(old_shared[i], p.shared_slots[i].second);
 
   f.runtime->run(p, slots);
 
@@ -187,24 +221,25 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
   // the caller's memory or a constant.
   const size_t n_out = f.outputs.size();
   std::vector<Tensor> new_values;
+  MemoryIndex assigned;
   for (size_t k = 0; k < f.updates.size(); ++k) {
     Tensor t = slots[p.result_slots[n_out + k]];
-    SharedContainer* self = f.updates[k].first.get()->shared.get();
-    bool aliased = overlaps_any(t, protected_values) || overlaps_any(t, new_values);
-    for (size_t i = 0; i < p.shared_slots.size(); ++i)
-      aliased |= p.shared_slots[i].second != self && t.shares_memory(old_shared[i]);
+    const SharedContainer* self = f.updates[k].first.get()->shared.get();
+    const bool aliased = protected_values.overlaps(t) || assigned.overlaps(t) || shared_values.overlaps(t, self);
     new_values.push_back(aliased ? t.clone() : t);
+    assigned.add(new_values.back());
   }
   for (size_t k = 0; k < f.updates.size(); ++k) f.updates[k].first.get()->shared->store(new_values[k]);
 
   std::vector<Tensor> results;
+  MemoryIndex returned;
   for (size_t j = 0; j < n_out; ++j) {
     Tensor t = slots[p.result_slots[j]];
-    if (!f.outputs[j].borrow &&
-        (overlaps_any(t, protected_values) || overlaps_any(t, old_shared) || overlaps_any(t, new_values) ||
-         overlaps_any(t, results)))
+    if (!f.outputs[j].borrow && (protected_values.overlaps(t) || shared_values.overlaps(t) || assigned.overlaps(t) ||
+                                 returned.overlaps(t)))
       t = t.clone();
     results.push_back(t);
+    returned.add(t);
   }
   return results;
 }

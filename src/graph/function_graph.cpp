@@ -84,10 +84,17 @@ std::vector<Variable*> FunctionGraph::leaves() const {
 }
 
 void FunctionGraph::import(const Var& root) {
-  for (Node* n : topological_order({root})) {
-    if (nodes_.count(n)) continue;
-    nodes_.emplace(n, n->shared_from_this());
-    for (size_t i = 0; i < n->inputs.size(); ++i) clients_[n->inputs[i].get()].push_back({n, static_cast<int>(i)});
+  // Only the new part: the walk stops at nodes the graph already knows.
+  std::vector<Node*> stack;
+  if (Node* n = root.get()->owner; n && !nodes_.count(n)) stack.push_back(n);
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    if (!nodes_.emplace(n, n->shared_from_this()).second) continue;
+    for (size_t i = 0; i < n->inputs.size(); ++i) {
+      clients_[n->inputs[i].get()].push_back({n, static_cast<int>(i)});
+      if (Node* p = n->inputs[i].get()->owner; p && !nodes_.count(p)) stack.push_back(p);
+    }
   }
 }
 

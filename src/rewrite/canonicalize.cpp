@@ -1,4 +1,6 @@
 // canonicalize: algebraic identities and useless movement, so that later groups see one form.
+#include <unordered_map>
+
 #include "graph/op.hpp"
 #include "kiln/ops.hpp"
 #include "ops/reduce.hpp"
@@ -142,21 +144,46 @@ std::vector<Var> useless_reshape(FunctionGraph&, Node& n) {
   return {};
 }
 
-// shape(f(x)) -> f's shape inference applied to shape(x): f itself need not run, and the rewrite
-// repeats on shape(x) down to the leaves, so only shape arithmetic remains.
-std::vector<Var> shape_without_value(FunctionGraph&, Node& n) {
-  const Var& v = n.inputs[0];
-  const Node* producer = v.get()->owner;
-  if (!producer) return {};
-  const std::vector<int> needed = producer->op->needs_input_values();
-  std::vector<bool> value_inputs(producer->inputs.size(), false);
-  for (int i : needed)
-    if (i < static_cast<int>(value_inputs.size())) value_inputs[i] = true;
-  std::vector<Var> operands;
-  for (size_t i = 0; i < producer->inputs.size(); ++i)
-    operands.push_back(value_inputs[i] ? producer->inputs[i] : shape_of(producer->inputs[i], n.loc));
-  auto op = std::make_shared<InferredShape>(producer->op, v.get()->index, v.ndim(), value_inputs);
-  return {apply1(op, operands, n.loc)};
+// shape(f(x)) -> f's shape inference applied to shape(x), down to the leaves, so only shape
+// arithmetic remains and f itself need not run. One sweep with a memo resolves every shape_of of
+// the graph: deep chains settle at once and share their common parts.
+int64_t shape_without_value(FunctionGraph& graph) {
+  std::unordered_map<const Variable*, Var> memo;
+  auto symbolic_shape = [&](const Var& root, const Loc& loc) {
+    std::vector<std::pair<Var, bool>> stack{{root, false}};
+    while (!stack.empty()) {
+      auto [v, expanded] = stack.back();
+      stack.pop_back();
+      if (memo.count(v.get())) continue;
+      const Node* producer = v.get()->owner;
+      if (!producer) {
+        memo.emplace(v.get(), shape_of(v, loc));
+        continue;
+      }
+      std::vector<bool> value_inputs(producer->inputs.size(), false);
+      for (int i : producer->op->needs_input_values())
+        if (i < static_cast<int>(value_inputs.size())) value_inputs[i] = true;
+      if (!expanded) {
+        stack.push_back({v, true});
+        for (size_t i = 0; i < producer->inputs.size(); ++i)
+          if (!value_inputs[i]) stack.push_back({producer->inputs[i], false});
+        continue;
+      }
+      std::vector<Var> operands;
+      for (size_t i = 0; i < producer->inputs.size(); ++i)
+        operands.push_back(value_inputs[i] ? producer->inputs[i] : memo.at(producer->inputs[i].get()));
+      auto op = std::make_shared<InferredShape>(producer->op, v.get()->index, v.ndim(), value_inputs);
+      memo.emplace(v.get(), apply1(op, operands, loc));
+    }
+    return memo.at(root.get());
+  };
+  int64_t rewritten = 0;
+  for (Node* n : graph.toposort()) {
+    if (!dynamic_cast<const ShapeOf*>(n->op.get()) || !n->inputs[0].get()->owner) continue;
+    graph.replace(n->output(0), symbolic_shape(n->inputs[0], n->loc), "shape_without_value");
+    ++rewritten;
+  }
+  return rewritten;
 }
 
 template <class T> std::type_index of() { return std::type_index(typeid(T)); }
@@ -165,7 +192,7 @@ template <class T> std::type_index of() { return std::type_index(typeid(T)); }
 
 RewriteGroup canonicalize_group() {
   return {"canonicalize",
-          {},
+          {{"shape_without_value", shape_without_value}},
           {{"self_inverse", {of<Elemwise>()}, self_inverse},
            {"neutral_element", {of<Elemwise>()}, neutral_element},
            {"cancel_factor", {of<Elemwise>()}, cancel_factor},
@@ -174,8 +201,7 @@ RewriteGroup canonicalize_group() {
            {"cast_of_cast", {of<Elemwise>()}, cast_of_cast},
            {"useless_fill", {of<Elemwise>()}, useless_fill},
            {"useless_dimshuffle", {of<DimShuffle>()}, useless_dimshuffle},
-           {"useless_reshape", {of<Reshape>()}, useless_reshape},
-           {"shape_without_value", {of<ShapeOf>()}, shape_without_value}}};
+           {"useless_reshape", {of<Reshape>()}, useless_reshape}}};
 }
 
 }  // namespace kiln
