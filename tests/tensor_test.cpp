@@ -65,6 +65,25 @@ TEST(Tensor, AllocationsAreAlignedAndCounted) {
   EXPECT_EQ(allocator_stats().peak_bytes, allocator_stats().bytes_in_use);
 }
 
+TEST(Tensor, LargeFreedBlocksAreReusedAndCanBeReleased) {
+  release_cached_memory();
+  const void* first;
+  {
+    Tensor t = Tensor::empty({1 << 20}, f32);  // 4 MiB
+    first = t.raw_data();
+  }
+  auto s = allocator_stats();
+  EXPECT_EQ(s.bytes_cached, 4 << 20);
+  {
+    Tensor again = Tensor::empty({1 << 20}, f32);
+    EXPECT_EQ(again.raw_data(), first);  // the same block, its pages already touched
+    EXPECT_EQ(allocator_stats().bytes_cached, 0);
+    EXPECT_EQ(allocator_stats().bytes_in_use - s.bytes_in_use, 4 << 20);
+  }
+  release_cached_memory();
+  EXPECT_EQ(allocator_stats().bytes_cached, 0);
+}
+
 TEST(Tensor, ViewsShareStorageAndCloneDoesNot) {
   Tensor a = Tensor::from({1.0, 2.0, 3.0, 4.0, 5.0, 6.0}, {2, 3});
   Tensor t = a.view({3, 2}, {1, 3}, 0);  // transpose

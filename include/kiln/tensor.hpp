@@ -61,9 +61,12 @@ struct AllocatorStats {
   int64_t peak_bytes = 0;
   int64_t n_allocations = 0;  // since the program started
   int64_t live_storages = 0;
+  int64_t bytes_cached = 0;  // freed blocks of 1 MiB or more kept for reuse (not in use)
 };
 AllocatorStats allocator_stats();
 void reset_peak_bytes();
+// Returns the cached blocks to the system.
+void release_cached_memory();
 
 // Threads for kernels and matrix products (one OpenMP runtime for everything).
 void set_num_threads(int);

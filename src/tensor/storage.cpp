@@ -1,6 +1,9 @@
 #include <atomic>
 #include <cstdlib>
+#include <mutex>
 #include <new>
+#include <unordered_map>
+#include <vector>
 
 #include "kiln/tensor.hpp"
 
@@ -8,6 +11,48 @@ namespace kiln {
 namespace {
 
 constexpr size_t kAlignment = 64;
+// Freed blocks of at least kCacheMin bytes are kept (up to kCacheMax in all) and handed out again
+// for the same size: a steady loop then reuses touched pages instead of faulting in fresh ones.
+constexpr size_t kCacheMin = size_t{1} << 20;
+constexpr size_t kCacheMax = size_t{512} << 20;
+
+struct BlockCache {
+  std::mutex mutex;
+  std::unordered_map<size_t, std::vector<void*>> free_blocks;
+  size_t bytes = 0;
+};
+
+BlockCache& cache() {
+  static BlockCache c;
+  return c;
+}
+
+void* take_cached(size_t rounded) {
+  if (rounded < kCacheMin) return nullptr;
+  BlockCache& c = cache();
+  std::lock_guard lock(c.mutex);
+  auto it = c.free_blocks.find(rounded);
+  if (it == c.free_blocks.end() || it->second.empty()) return nullptr;
+  void* p = it->second.back();
+  it->second.pop_back();
+  c.bytes -= rounded;
+  return p;
+}
+
+bool keep_cached(void* p, size_t rounded) {
+  if (rounded < kCacheMin) return false;
+  BlockCache& c = cache();
+  std::lock_guard lock(c.mutex);
+  if (c.bytes + rounded > kCacheMax) return false;
+  c.free_blocks[rounded].push_back(p);
+  c.bytes += rounded;
+  return true;
+}
+
+size_t rounded_size(size_t nbytes) {
+  size_t rounded = (nbytes + kAlignment - 1) / kAlignment * kAlignment;
+  return rounded == 0 ? kAlignment : rounded;
+}
 
 struct Counters {
   std::atomic<int64_t> bytes_in_use{0};
@@ -31,9 +76,9 @@ void raise_peak(int64_t now) {
 }  // namespace
 
 std::shared_ptr<Storage> Storage::allocate(size_t nbytes) {
-  size_t rounded = (nbytes + kAlignment - 1) / kAlignment * kAlignment;
-  if (rounded == 0) rounded = kAlignment;
-  void* p = std::aligned_alloc(kAlignment, rounded);
+  const size_t rounded = rounded_size(nbytes);
+  void* p = take_cached(rounded);
+  if (!p) p = std::aligned_alloc(kAlignment, rounded);
   if (!p) throw std::bad_alloc();
   auto& c = counters();
   raise_peak(c.bytes_in_use.fetch_add(static_cast<int64_t>(nbytes)) + static_cast<int64_t>(nbytes));
@@ -48,7 +93,7 @@ std::shared_ptr<Storage> Storage::borrow(void* data, size_t nbytes) {
 
 Storage::~Storage() {
   if (!owned_) return;
-  std::free(data_);
+  if (!keep_cached(data_, rounded_size(nbytes_))) std::free(data_);
   auto& c = counters();
   c.bytes_in_use.fetch_sub(static_cast<int64_t>(nbytes_), std::memory_order_relaxed);
   c.live_storages.fetch_sub(1, std::memory_order_relaxed);
@@ -56,7 +101,21 @@ Storage::~Storage() {
 
 AllocatorStats allocator_stats() {
   auto& c = counters();
-  return {c.bytes_in_use.load(), c.peak_bytes.load(), c.n_allocations.load(), c.live_storages.load()};
+  int64_t cached;
+  {
+    std::lock_guard lock(cache().mutex);
+    cached = static_cast<int64_t>(cache().bytes);
+  }
+  return {c.bytes_in_use.load(), c.peak_bytes.load(), c.n_allocations.load(), c.live_storages.load(), cached};
+}
+
+void release_cached_memory() {
+  BlockCache& c = cache();
+  std::lock_guard lock(c.mutex);
+  for (auto& [size, blocks] : c.free_blocks)
+    for (void* p : blocks) std::free(p);
+  c.free_blocks.clear();
+  c.bytes = 0;
 }
 
 void reset_peak_bytes() { counters().peak_bytes.store(counters().bytes_in_use.load()); }
