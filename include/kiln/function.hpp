@@ -1,6 +1,7 @@
 #pragma once
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -31,19 +32,29 @@ using Givens = std::vector<std::pair<Var, Var>>;
 
 // A mode is an ordered list of named rewrite groups run on the function's graph before it is
 // compiled (docs/rewrites.md lists the catalogue).
+// What Mode::debug() checks on every call (slow: for finding bugs, not for production).
+struct DebugChecks {
+  bool rewrites = true;    // every rewrite's replacement equals what it replaced, on the call's inputs
+  bool ops = true;         // no op modifies an input or returns an alias of one it did not declare
+  bool nan_guard = false;  // raise at the first op that produces a NaN or an infinity
+};
+
 class Mode {
  public:
   // Any ordered list of groups: Mode("plain", {}) compiles the graph as built.
-  Mode(std::string name, std::vector<std::string> groups) : name_(std::move(name)), groups_(std::move(groups)) {}
+  Mode(std::string name, std::vector<std::string> groups, std::optional<DebugChecks> checks = std::nullopt)
+      : name_(std::move(name)), groups_(std::move(groups)), checks_(checks) {}
   static Mode fast_run();
   static Mode fast_compile();
-  static Mode debug();
+  static Mode debug(DebugChecks checks = {});  // fast_run's groups, checked
   const std::string& name() const { return name_; }
   const std::vector<std::string>& groups() const { return groups_; }
+  const std::optional<DebugChecks>& checks() const { return checks_; }
 
  private:
   std::string name_;
   std::vector<std::string> groups_;
+  std::optional<DebugChecks> checks_;
 };
 
 struct FunctionOptions {

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdlib>
 #include <optional>
@@ -30,6 +31,13 @@ struct FunctionImpl {
   mutable std::vector<Shape> last_shapes;
   mutable bool called = false;
   CompileReport report;
+  // Mode::debug(): every replacement made while compiling, and a program computing both sides.
+  struct Replacement {
+    std::string rewrite;
+    Var old_value, new_value;
+  };
+  std::vector<Replacement> replacements;
+  Program check_program;
 };
 
 namespace {
@@ -149,6 +157,42 @@ class MemoryIndex {
   std::vector<size_t> borrowed_;
 };
 
+// Whether a rewrite's new value may stand for the old one: equal within the dtype's precision.
+// Where the old value is not finite (the overflow a stabilizing rewrite removes), any value may.
+std::optional<std::string> value_difference(const Tensor& old_value, const Tensor& new_value) {
+  if (old_value.shape() != new_value.shape())
+    return "shape " + shape_str(new_value.shape()) + " instead of " + shape_str(old_value.shape());
+  const bool single = old_value.dtype() == DType::f32 || new_value.dtype() == DType::f32;
+  const double rtol = single ? 1e-4 : 1e-7, atol = single ? 1e-5 : 1e-9;
+  const auto a = old_value.to_vector<double>(), b = new_value.to_vector<double>();
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i])) continue;
+    if (std::fabs(a[i] - b[i]) <= atol + rtol * std::fabs(a[i])) continue;
+    return "element " + std::to_string(i) + " is " + std::to_string(b[i]) + " instead of " + std::to_string(a[i]);
+  }
+  return std::nullopt;
+}
+
+void check_rewrites(const FunctionImpl& f, const std::vector<Tensor>& call_slots) {
+  const Program& check = f.check_program;
+  std::vector<Tensor> slots(check.n_slots);
+  for (size_t i = 0; i < check.input_slots.size(); ++i) slots[check.input_slots[i]] = call_slots[f.program.input_slots[i]];
+  for (const auto& [s, container] : check.shared_slots) slots[s] = container->load();
+  for (const auto& [s, value] : check.constant_slots) slots[s] = value;
+  make_collecting_runtime()->run(check, slots);
+  for (size_t k = 0; k < f.replacements.size(); ++k) {
+    const auto& r = f.replacements[k];
+    const Tensor& before = slots[check.result_slots[2 * k]];
+    const Tensor& after = slots[check.result_slots[2 * k + 1]];
+    if (auto difference = value_difference(before, after)) {
+      const Node* node = r.old_value.get()->owner;
+      throw BadOptimization("rewrite '" + r.rewrite + "' changed a value: it replaced " +
+                            (node ? node->op->name() + " (built at " + node->where() + ")" : r.old_value.get()->label()) +
+                            " " + r.old_value.type().str() + " and on this call's inputs " + *difference);
+    }
+  }
+}
+
 }  // namespace
 
 Function function(std::vector<In> inputs, std::vector<Out> outputs, FunctionOptions options) {
@@ -168,6 +212,11 @@ Function function(std::vector<In> inputs, std::vector<Out> outputs, FunctionOpti
   const auto start = std::chrono::steady_clock::now();
   f->graph = std::make_unique<FunctionGraph>(input_vars, result_vars, options.givens);
   trace_stage("clone", f->graph->outputs());
+  const auto& checks = f->mode.checks();
+  if (checks && checks->rewrites)
+    f->graph->on_replace = [impl = f.get()](const Var& old_value, const Var& new_value, const std::string& rewrite) {
+      impl->replacements.push_back({rewrite, old_value, new_value});
+    };
   check_leaves(*f->graph, f->inputs, options.allow_unused_inputs);
   f->report.nodes_before = static_cast<int64_t>(f->graph->toposort().size());
   for (const std::string& group : f->mode.groups()) {
@@ -175,8 +224,17 @@ Function function(std::vector<In> inputs, std::vector<Out> outputs, FunctionOpti
     trace_stage(group.c_str(), f->graph->outputs());
   }
   f->report.nodes_after = static_cast<int64_t>(f->graph->toposort().size());
-  f->program = emit_program(*f->graph, f->graph->outputs());
-  f->runtime = make_collecting_runtime();
+  f->graph->on_replace = nullptr;
+  f->program = emit_program(f->graph->inputs(), f->graph->outputs());
+  f->runtime = checks && (checks->ops || checks->nan_guard) ? make_checking_runtime(checks->nan_guard) : make_collecting_runtime();
+  if (!f->replacements.empty()) {
+    std::vector<Var> sides;
+    for (const auto& r : f->replacements) {
+      sides.push_back(r.old_value);
+      sides.push_back(r.new_value);
+    }
+    f->check_program = emit_program(f->graph->inputs(), sides);
+  }
   f->report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
   Function fn;
@@ -215,6 +273,7 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
   for (const auto& [s, value] : p.constant_slots) protected_values.add(value);
   for (size_t i = 0; i < p.shared_slots.size(); ++i) shared_values.add(old_shared[i], p.shared_slots[i].second);
 
+  if (!f.replacements.empty()) check_rewrites(f, slots);
   f.runtime->run(p, slots);
 
   // Updates: computed from old values above; now assigned, none aliasing another shared buffer,

@@ -6,7 +6,7 @@ namespace kiln {
 
 Mode Mode::fast_run() { return Mode("fast_run", {"merge", "constant_folding", "canonicalize", "stabilize", "specialize", "constant_folding", "canonicalize", "merge", "fusion"}); }
 Mode Mode::fast_compile() { return Mode("fast_compile", {"merge", "constant_folding"}); }
-Mode Mode::debug() { return Mode("debug", fast_run().groups()); }
+Mode Mode::debug(DebugChecks checks) { return Mode("debug", fast_run().groups(), checks); }
 
 std::string CompileReport::str() const {
   std::ostringstream s;

@@ -26,8 +26,8 @@ struct Program {
   std::vector<const Variable*> slot_vars;
 };
 
-// Numbers the graph's values, orders its nodes and marks each value's last reader.
-Program emit_program(const FunctionGraph& graph, const std::vector<Var>& results);
+// Numbers the values between inputs and results, orders the nodes and marks each value's last reader.
+Program emit_program(const std::vector<Var>& inputs, const std::vector<Var>& results);
 
 // The part of a call that runs the instructions; the first one runs them in order and releases
 // each intermediate after its last reader.
@@ -38,5 +38,8 @@ class Runtime {
 };
 
 std::unique_ptr<Runtime> make_collecting_runtime();
+// The collecting runtime with Mode::debug()'s per-op checks (input modification, undeclared
+// aliases, and optionally NaN/Inf).
+std::unique_ptr<Runtime> make_checking_runtime(bool nan_guard);
 
 }  // namespace kiln

@@ -1,0 +1,84 @@
+#include "graph/op.hpp"
+#include "rewrite/engine.hpp"
+#include "test_util.hpp"
+
+using namespace kiln;
+using namespace kiln::test;
+
+TEST(DebugMode, CorrectRewritesPassTheirChecks) {
+  Var x = matrix("x", f64), w = matrix("w", f64), y = vector("y", i64);
+  Var loss = mean(categorical_crossentropy(softmax(dot(x, w) + 1.0), y)) + sum(log(1.0 + exp(x)));
+  Var gw = grad(loss, w);
+  Function checked = function({x, w, y}, {loss, gw}, {.mode = Mode::debug()});
+  Function fast = function({x, w, y}, {loss, gw});
+  std::vector<Tensor> v{random_tensor({4, 3}), random_tensor({3, 5}, f64, -1, 1, 2), Tensor::from(std::vector<int64_t>{0, 4, 2, 1})};
+  auto a = checked(v), b = fast(v);
+  expect_values(a[0], b[0].to_vector<double>(), 1e-12);
+  expect_values(a[1], b[1].to_vector<double>(), 1e-12);
+  // Stabilized values differ from the overflowing originals: that is allowed.
+  Var z = vector("z", f64);
+  Function s = function({z}, {log(1.0 + exp(z))}, {.mode = Mode::debug()});
+  EXPECT_EQ(s(Tensor::from({1000.0}, {1}))[0].item<double>(), 1000.0);
+}
+
+TEST(DebugMode, CatchesADeliberatelyWrongRewrite) {
+  register_rewrite_group({"deliberately_wrong", {},
+                          {{"exp_is_expm1", {}, [](FunctionGraph&, Node& n) -> std::vector<Var> {
+                              if (n.op->name() != "exp") return {};
+                              return {expm1(n.inputs[0])};  // off by one everywhere
+                            }}}});
+  Var x = vector("x", f64);
+  Var y = exp(x) * 2.0;  const int line = __LINE__;
+  Function f = function({x}, {y}, {.mode = Mode("wrong", {"deliberately_wrong"}, DebugChecks{})});
+  expect_error<BadOptimization>([&] { f(Tensor::from({0.5, 1.0}, {2})); },
+                                {"'exp_is_expm1'", "exp (built at debug_mode_test.cpp:" + std::to_string(line), "element 0"});
+  // Without the checks the wrong value goes through unnoticed: the checks are what catch it.
+  Function unchecked = function({x}, {y}, {.mode = Mode("wrong", {"deliberately_wrong"})});
+  EXPECT_NEAR(unchecked(Tensor::from({0.5}, {1}))[0].item<double>(), 2 * std::expm1(0.5), 1e-12);
+}
+
+namespace {
+// Ops that break the rules the debug mode checks.
+class ScribblesOnInput final : public Op {
+ public:
+  std::string name() const override { return "scribbles_on_input"; }
+  std::vector<Type> infer_types(const std::vector<Type>& in) const override { return {in[0]}; }
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const override { return {in[0]}; }
+  void perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const override {
+    Tensor victim = in[0];
+    victim.data<double>()[0] = 42;
+    out[0].copy_from(in[0]);
+  }
+};
+
+class ReturnsItsInput final : public Op {
+ public:
+  std::string name() const override { return "returns_its_input"; }
+  std::vector<Type> infer_types(const std::vector<Type>& in) const override { return {in[0]}; }
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const override { return {in[0]}; }
+  void perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const override { out[0] = in[0]; }
+};
+}  // namespace
+
+TEST(DebugMode, CatchesAnOpThatModifiesItsInput) {
+  Var x = vector("x", f64);
+  Var y = apply1(std::make_shared<ScribblesOnInput>(), {x * 2.0}, Loc::current());
+  Function f = function({x}, {y}, {.mode = Mode::debug()});
+  expect_error<Error>([&] { f(Tensor::from({1.0}, {1})); }, {"scribbles_on_input", "modified its input 0"});
+}
+
+TEST(DebugMode, CatchesAnUndeclaredAlias) {
+  Var x = vector("x", f64);
+  Var y = apply1(std::make_shared<ReturnsItsInput>(), {x * 2.0}, Loc::current());
+  Function f = function({x}, {y}, {.mode = Mode::debug()});
+  expect_error<Error>([&] { f(Tensor::from({1.0}, {1})); }, {"returns_its_input", "shares memory with input 0", "view"});
+}
+
+TEST(DebugMode, NanGuardNamesTheFirstOp) {
+  Var x = vector("x", f64);
+  Var y = sqrt(log(x) + 10.0);  const int line = __LINE__;
+  Function guarded = function({x}, {y}, {.mode = Mode::debug({.nan_guard = true})});
+  expect_error<Error>([&] { guarded(Tensor::from({-1.0}, {1})); }, {"nan_guard", "debug_mode_test.cpp:" + std::to_string(line)});
+  Function plain = function({x}, {y}, {.mode = Mode::debug()});
+  EXPECT_TRUE(std::isnan(plain(Tensor::from({-1.0}, {1}))[0].item<double>()));
+}
