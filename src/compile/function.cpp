@@ -117,6 +117,7 @@ Tensor check_input(const FunctionImpl& f, size_t i, const Tensor& value) {
     if (type.broadcastable[d] && value.shape()[d] != 1)
       throw ShapeError("function: " + input_label(f, i) + " has a broadcastable dimension " + std::to_string(d) +
                        " that must be 1, got " + value.str());
+  if (value.dtype() == type.dtype) return value;  // the common case: no message to build
   return convert_lossless(value, type.dtype, "function: " + input_label(f, i));
 }
 
@@ -129,8 +130,11 @@ class MemoryIndex {
     if (!t.defined()) return;
     entries_.push_back({t, owner});
     const size_t i = entries_.size() - 1;
-    if (t.storage()->owned()) by_storage_[t.storage().get()].push_back(i);
-    else borrowed_.push_back(i);
+    if (!t.storage()->owned()) borrowed_.push_back(i);
+    else if (entries_.size() > kLinear) index(i);
+    if (entries_.size() == kLinear + 1)  // from here on, look owned storages up instead of scanning
+      for (size_t j = 0; j < kLinear; ++j)
+        if (entries_[j].first.storage()->owned()) index(j);
   }
   bool overlaps(const Tensor& t, const void* except = nullptr) const {
     if (!t.defined()) return false;
@@ -138,7 +142,7 @@ class MemoryIndex {
       if (except && entries_[i].second == except) return false;
       return t.shares_memory(entries_[i].first);
     };
-    if (!t.storage()->owned()) {
+    if (!t.storage()->owned() || entries_.size() <= kLinear) {
       for (size_t i = 0; i < entries_.size(); ++i)
         if (hit(i)) return true;
       return false;
@@ -152,6 +156,8 @@ class MemoryIndex {
   }
 
  private:
+  static constexpr size_t kLinear = 16;
+  void index(size_t i) { by_storage_[entries_[i].first.storage().get()].push_back(i); }
   std::vector<std::pair<Tensor, const void*>> entries_;
   std::unordered_map<const Storage*, std::vector<size_t>> by_storage_;
   std::vector<size_t> borrowed_;

@@ -116,6 +116,23 @@ void gather(const InputPlan& in, const Shape& shape, int64_t start, int64_t n, s
   }
 }
 
+// Per-thread storage reused across calls, so that a call on a few elements costs a few
+// instructions, not a dozen allocations.
+struct Workspace {
+  std::vector<Shape> shapes;
+  std::vector<DType> reg_dtype;
+  std::vector<InputPlan> plans;
+  std::vector<size_t> offset;
+  std::vector<const void*> reg, args;
+  std::vector<DType> arg_dtypes;
+  std::vector<std::byte> buffer;
+};
+
+Workspace& workspace() {
+  thread_local Workspace w;
+  return w;
+}
+
 }  // namespace
 
 bool Composite::fusable_axes(const std::vector<int64_t>& axes, int64_t ndim) {
@@ -170,28 +187,36 @@ std::vector<Shape> Composite::infer_shapes(const std::vector<Shape>& in, const s
 }
 
 void Composite::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
-  std::vector<Shape> shapes;
+  Workspace& caller = workspace();
+  std::vector<Shape>& shapes = caller.shapes;
+  shapes.clear();
   for (const Tensor& t : in) shapes.push_back(t.shape());
   const Shape shape = elementwise_shape(shapes);
   const int64_t nd = static_cast<int64_t>(shape.size());
   const int64_t total = shape_numel(shape);
   Tensor& o = out[0];
 
-  std::vector<DType> reg_dtype;
+  std::vector<DType>& reg_dtype = caller.reg_dtype;
+  reg_dtype.clear();
   for (const Tensor& t : in) reg_dtype.push_back(t.dtype());
   for (const ScalarInstruction& ins : program_) reg_dtype.push_back(ins.dtype);
   const int result_reg = static_cast<int>(reg_dtype.size()) - 1;
   const DType result_dtype = reg_dtype[result_reg];
 
-  std::vector<InputPlan> plans;
+  std::vector<InputPlan>& plans = caller.plans;
+  plans.clear();
   for (const Tensor& t : in) {
-    Shape strides(nd, 0);
-    for (int64_t d = 0; d < t.ndim(); ++d) {
-      const int64_t od = d + nd - t.ndim();
-      strides[od] = t.shape()[d] == 1 ? 0 : t.strides()[d];
-    }
     const bool direct = t.shape() == shape && t.is_contiguous();
-    plans.push_back({direct ? Feed::direct : t.numel() == 1 ? Feed::splat : Feed::gather, t.raw_data(), strides});
+    const Feed feed = direct ? Feed::direct : t.numel() == 1 ? Feed::splat : Feed::gather;
+    Shape strides;
+    if (feed == Feed::gather) {
+      strides.assign(nd, 0);
+      for (int64_t d = 0; d < t.ndim(); ++d) {
+        const int64_t od = d + nd - t.ndim();
+        strides[od] = t.shape()[d] == 1 ? 0 : t.strides()[d];
+      }
+    }
+    plans.push_back({feed, t.raw_data(), std::move(strides)});
   }
 
   // Reduction bookkeeping: each element of a block adds to out[index / inner] (trailing axes) or
@@ -215,17 +240,20 @@ void Composite::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out)
     // Registers live in one per-thread buffer, reused across calls: a block of each, 64-byte
     // aligned and skewed by 192 bytes so that no two start at the same offset within a 4 KiB page
     // (loads and stores 4 KiB apart stall on false address dependencies).
+    Workspace& w = workspace();
     const size_t n_regs = reg_dtype.size();
-    std::vector<size_t> offset(n_regs);
+    std::vector<size_t>& offset = w.offset;
+    offset.assign(n_regs, 0);
     size_t bytes = 0;
     for (size_t r = 0; r < n_regs; ++r) {
       offset[r] = bytes;
       bytes += (static_cast<size_t>(block) * dtype_size(reg_dtype[r]) + 63) / 64 * 64 + 192;
     }
-    thread_local std::vector<std::byte> buffer;
+    std::vector<std::byte>& buffer = w.buffer;
     if (buffer.size() < bytes + 64) buffer.resize(bytes + 64);
     std::byte* base = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(buffer.data()) + 63) & ~uintptr_t{63});
-    std::vector<const void*> reg(n_regs, nullptr);
+    std::vector<const void*>& reg = w.reg;
+    reg.assign(n_regs, nullptr);
     auto scratch = [&](size_t r) { return base + offset[r]; };
     for (size_t i = 0; i < plans.size(); ++i)
       if (plans[i].feed == Feed::splat) {
@@ -233,8 +261,8 @@ void Composite::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out)
         std::byte* dst = scratch(i);
         for (int64_t k = 0; k < block; ++k) std::memcpy(dst + k * es, plans[i].base, es);
       }
-    std::vector<const void*> args;
-    std::vector<DType> arg_dtypes;
+    std::vector<const void*>& args = w.args;
+    std::vector<DType>& arg_dtypes = w.arg_dtypes;
     for (int64_t b = first_block; b < last_block; ++b) {
       const int64_t start = b * block, n = std::min(block, total - start);
       // Hardware prefetchers stop at page boundaries and a block is about a page: fetch the next
@@ -299,7 +327,9 @@ void Composite::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out)
   // per-thread partial sums, other reductions run on one thread (their outputs interleave).
   const bool parallel = threads > 1 && total >= kParallelElements && !omp_in_parallel() &&
                         (!reducing || reduce_divisor >= total);
-  std::vector<std::vector<double>> partials(parallel ? threads : 1, std::vector<double>(n_out, 0.0));
+  std::vector<std::vector<double>> partials(parallel ? threads : 1);
+  if (reducing)
+    for (auto& p : partials) p.assign(n_out, 0.0);
   if (parallel) {
 #pragma omp parallel num_threads(threads)
     {
