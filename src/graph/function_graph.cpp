@@ -4,9 +4,11 @@
 
 namespace kiln {
 
-std::vector<Node*> topological_order(const std::vector<Var>& outputs) {
+std::vector<Node*> topological_order(const std::vector<Var>& outputs, size_t size_hint) {
   std::vector<Node*> order;
   std::unordered_set<Node*> done;
+  order.reserve(size_hint);
+  done.reserve(size_hint);
   std::vector<std::pair<Node*, size_t>> stack;
   for (const Var& out : outputs) {
     Node* root = out.get()->owner;
@@ -69,7 +71,7 @@ FunctionGraph::FunctionGraph(std::vector<Var> inputs, const std::vector<Var>& ou
   prune();
 }
 
-std::vector<Node*> FunctionGraph::toposort() const { return topological_order(outputs_); }
+std::vector<Node*> FunctionGraph::toposort() const { return topological_order(outputs_, nodes_.size()); }
 
 std::vector<Variable*> FunctionGraph::leaves() const {
   std::vector<Variable*> out;

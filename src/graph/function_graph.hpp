@@ -48,6 +48,7 @@ class FunctionGraph {
 };
 
 // Nodes between leaves and outputs in topological order, without recursion (deep graphs).
-std::vector<Node*> topological_order(const std::vector<Var>& outputs);
+// size_hint: the expected number of nodes, to size the bookkeeping once.
+std::vector<Node*> topological_order(const std::vector<Var>& outputs, size_t size_hint = 0);
 
 }  // namespace kiln

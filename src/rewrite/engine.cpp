@@ -37,51 +37,67 @@ bool is_live(const FunctionGraph& graph, Node* node) {
 }  // namespace
 
 void apply_group(FunctionGraph& graph, const RewriteGroup& group, CompileReport& report, int max_passes) {
-  std::unordered_map<std::type_index, std::vector<const LocalRewrite*>> by_op;
-  std::vector<const LocalRewrite*> any_op;
-  for (const LocalRewrite& r : group.locals) {
-    if (r.ops.empty()) any_op.push_back(&r);
-    for (const auto& t : r.ops) by_op[t].push_back(&r);
+  // Each rewrite's statistics entry (an index: the report may grow), and the candidates per op
+  // class, found once.
+  auto stat_index = [&](const std::string& name) {
+    RewriteStat& entry = stat_of(report, group.name, name);
+    return static_cast<size_t>(&entry - report.rewrites.data());
+  };
+  std::vector<size_t> global_stat, local_stat;
+  for (const GlobalRewrite& g : group.globals) global_stat.push_back(stat_index(g.name));
+  for (const LocalRewrite& r : group.locals) local_stat.push_back(stat_index(r.name));
+  std::vector<size_t> any_op;
+  std::unordered_map<std::type_index, std::vector<size_t>> by_op;
+  for (size_t i = 0; i < group.locals.size(); ++i) {
+    if (group.locals[i].ops.empty()) any_op.push_back(i);
+    for (const auto& t : group.locals[i].ops) by_op[t].push_back(i);
   }
+  for (auto& [t, list] : by_op) list.insert(list.begin(), any_op.begin(), any_op.end());
+
   std::deque<std::string> recent;
+  auto remember = [&](const std::string& name) {
+    recent.push_back(name);
+    if (recent.size() > 6) recent.pop_front();
+  };
   for (int pass = 0; pass < max_passes; ++pass) {
     int64_t changes = 0;
-    for (const GlobalRewrite& g : group.globals) {
+    for (size_t gi = 0; gi < group.globals.size(); ++gi) {
       auto start = Clock::now();
-      const int64_t n = g.apply(graph);
-      RewriteStat& s = stat_of(report, group.name, g.name);
+      const int64_t n = group.globals[gi].apply(graph);
+      RewriteStat& s = report.rewrites[global_stat[gi]];
       s.seconds += std::chrono::duration<double>(Clock::now() - start).count();
       s.fired += n;
       changes += n;
-      if (n) recent.push_back(g.name);
+      if (n) remember(group.globals[gi].name);
     }
-    std::vector<std::shared_ptr<Node>> order;
-    for (Node* n : graph.toposort()) order.push_back(n->shared_from_this());
-    for (const auto& node : order) {
-      if (!is_live(graph, node.get())) continue;
-      auto it = by_op.find(std::type_index(typeid(*node->op)));
-      std::vector<const LocalRewrite*> candidates = any_op;
-      if (it != by_op.end()) candidates.insert(candidates.end(), it->second.begin(), it->second.end());
-      for (const LocalRewrite* r : candidates) {
-        auto start = Clock::now();
-        std::vector<Var> replacement = r->apply(graph, *node);
-        RewriteStat& s = stat_of(report, group.name, r->name);
-        s.seconds += std::chrono::duration<double>(Clock::now() - start).count();
-        bool usable = !replacement.empty() && replacement.size() == node->outputs.size();
-        for (size_t i = 0; usable && i < replacement.size(); ++i)
-          usable = !replacement[i].defined() || replaceable(node->output(i), replacement[i]);
-        if (!usable) continue;
-        for (size_t i = 0; i < replacement.size(); ++i)
-          if (replacement[i].defined()) graph.replace(node->output(i), replacement[i], r->name);
-        ++s.fired;
-        ++changes;
-        recent.push_back(r->name);
-        if (recent.size() > 6) recent.pop_front();
-        break;
+    if (!group.locals.empty()) {
+      std::vector<std::shared_ptr<Node>> order;
+      for (Node* n : graph.toposort()) order.push_back(n->shared_from_this());
+      for (const auto& node : order) {
+        auto it = by_op.find(std::type_index(typeid(*node->op)));
+        const std::vector<size_t>& candidates = it == by_op.end() ? any_op : it->second;
+        if (candidates.empty() || !is_live(graph, node.get())) continue;
+        for (size_t li : candidates) {
+          const LocalRewrite& r = group.locals[li];
+          auto start = Clock::now();
+          std::vector<Var> replacement = r.apply(graph, *node);
+          RewriteStat& s = report.rewrites[local_stat[li]];
+          s.seconds += std::chrono::duration<double>(Clock::now() - start).count();
+          bool usable = !replacement.empty() && replacement.size() == node->outputs.size();
+          for (size_t i = 0; usable && i < replacement.size(); ++i)
+            usable = !replacement[i].defined() || replaceable(node->output(i), replacement[i]);
+          if (!usable) continue;
+          for (size_t i = 0; i < replacement.size(); ++i)
+            if (replacement[i].defined()) graph.replace(node->output(i), replacement[i], r.name);
+          ++s.fired;
+          ++changes;
+          remember(r.name);
+          break;
+        }
       }
     }
     if (changes == 0) {
-      graph.prune();
+      if (pass > 0) graph.prune();  // forget what the group's replacements left behind
       return;
     }
   }
