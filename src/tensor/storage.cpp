@@ -22,9 +22,11 @@ struct BlockCache {
   size_t bytes = 0;
 };
 
+// Never destroyed: storages released during static destruction may still return blocks to it, and
+// the blocks it holds stay reachable (not leaks) until the process ends.
 BlockCache& cache() {
-  static BlockCache c;
-  return c;
+  static BlockCache* c = new BlockCache;
+  return *c;
 }
 
 void* take_cached(size_t rounded) {
