@@ -29,5 +29,6 @@ set(KILN_SOURCES
   src/compile/verify_grad.cpp
   src/compile/mode.cpp
   src/compile/runtime.cpp
+  src/compile/plan.cpp
   src/compile/function.cpp
 )

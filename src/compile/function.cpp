@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <map>
 #include <cmath>
 #include <chrono>
 #include <cstdlib>
@@ -9,6 +10,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "compile/plan.hpp"
 #include "compile/program.hpp"
 #include "graph/op.hpp"
 #include "rewrite/engine.hpp"
@@ -38,6 +40,37 @@ struct FunctionImpl {
   };
   std::vector<Replacement> replacements;
   Program check_program;
+  // Plans per signature (input and shared-variable shapes), and arenas kept between calls.
+  bool planned = true;
+  mutable std::mutex plan_mutex;
+  mutable std::map<std::vector<Shape>, std::shared_ptr<const MemoryPlan>> plans;
+  mutable std::vector<std::shared_ptr<Storage>> kept_arenas;
+
+  std::shared_ptr<const MemoryPlan> plan_for(const std::vector<Shape>& inputs, const std::vector<Shape>& shared) const {
+    std::vector<Shape> signature = inputs;
+    signature.insert(signature.end(), shared.begin(), shared.end());
+    std::lock_guard lock(plan_mutex);
+    auto it = plans.find(signature);
+    if (it != plans.end()) return it->second;
+    auto plan = std::make_shared<const MemoryPlan>(plan_memory(program, inputs, shared));
+    plans.emplace(std::move(signature), plan);
+    return plan;
+  }
+  std::shared_ptr<Storage> take_arena(int64_t bytes) const {
+    std::lock_guard lock(plan_mutex);
+    for (size_t i = 0; i < kept_arenas.size(); ++i)
+      if (static_cast<int64_t>(kept_arenas[i]->nbytes()) >= bytes) {
+        auto arena = kept_arenas[i];
+        kept_arenas.erase(kept_arenas.begin() + static_cast<int64_t>(i));
+        return arena;
+      }
+    return bytes > 0 ? Storage::allocate(static_cast<size_t>(bytes)) : nullptr;
+  }
+  void keep_arena(std::shared_ptr<Storage> arena) const {
+    if (!arena) return;
+    std::lock_guard lock(plan_mutex);
+    kept_arenas.push_back(std::move(arena));
+  }
 };
 
 namespace {
@@ -233,6 +266,7 @@ Function function(std::vector<In> inputs, std::vector<Out> outputs, FunctionOpti
   f->graph->on_replace = nullptr;
   f->program = emit_program(f->graph->inputs(), f->graph->outputs());
   f->runtime = checks && (checks->ops || checks->nan_guard) ? make_checking_runtime(checks->nan_guard) : make_collecting_runtime();
+  f->planned = !(checks && (checks->ops || checks->nan_guard));
   if (!f->replacements.empty()) {
     std::vector<Var> sides;
     for (const auto& r : f->replacements) {
@@ -280,7 +314,17 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
   for (size_t i = 0; i < p.shared_slots.size(); ++i) shared_values.add(old_shared[i], p.shared_slots[i].second);
 
   if (!f.replacements.empty()) check_rewrites(f, slots);
-  f.runtime->run(p, slots);
+  if (f.planned) {
+    std::vector<Shape> input_shapes, shared_shapes;
+    for (int s : p.input_slots) input_shapes.push_back(slots[s].shape());
+    for (const Tensor& t : old_shared) shared_shapes.push_back(t.shape());
+    auto plan = f.plan_for(input_shapes, shared_shapes);
+    std::shared_ptr<Storage> arena = f.keep_buffers ? f.take_arena(plan->arena_bytes) : nullptr;
+    run_planned(p, *plan, slots, arena);
+    if (f.keep_buffers) f.keep_arena(std::move(arena));
+  } else {
+    f.runtime->run(p, slots);
+  }
 
   // Updates: computed from old values above; now assigned, none aliasing another shared buffer,
   // the caller's memory or a constant.
@@ -339,67 +383,18 @@ MemoryReport Function::memory_report() const {
 
 MemoryReport Function::memory_report(const std::vector<Shape>& input_shapes) const {
   const FunctionImpl& f = impl();
-  const Program& p = f.program;
   if (input_shapes.size() != f.inputs.size())
     throw TypeError("memory_report: expects " + std::to_string(f.inputs.size()) + " input shapes, got " +
                     std::to_string(input_shapes.size()));
-  MemoryReport r;
-  std::vector<std::optional<Shape>> shape(p.n_slots);
-  std::vector<const Tensor*> value(p.n_slots, nullptr);
-  for (size_t i = 0; i < input_shapes.size(); ++i) shape[p.input_slots[i]] = input_shapes[i];
-  for (const auto& [s, c] : p.shared_slots) {
-    const Tensor value = c->load();
-    shape[s] = value.shape();
-    r.persistent_bytes += static_cast<int64_t>(value.nbytes());
+  std::vector<Shape> shared_shapes;
+  int64_t persistent = 0;
+  for (const auto& [s, container] : f.program.shared_slots) {
+    const Tensor value = container->load();
+    shared_shapes.push_back(value.shape());
+    persistent += static_cast<int64_t>(value.nbytes());
   }
-  for (const auto& [s, v] : p.constant_slots) {
-    shape[s] = v.shape();
-    value[s] = &v;
-  }
-  // Each slot names a buffer; views name their input's buffer, which stays alive while they do.
-  std::vector<int> buffer_of(p.n_slots, -1);
-  std::vector<int64_t> buffer_bytes;
-  std::vector<int> buffer_refs;
-  int64_t live = 0;
-  for (const Instruction& ins : p.code) {
-    const Op& op = *ins.node->op;
-    std::vector<Shape> in_shapes;
-    std::vector<const Tensor*> in_values;
-    bool known = true;
-    for (int s : ins.inputs) {
-      known &= shape[s].has_value();
-      if (known) in_shapes.push_back(*shape[s]);
-      in_values.push_back(value[s]);
-    }
-    for (int need : op.needs_input_values()) known &= need < static_cast<int>(in_values.size()) ? in_values[need] != nullptr : true;
-    if (!known) {
-      r.unplanned.push_back(op.name() + " at " + ins.node->where());
-      continue;
-    }
-    std::vector<Shape> outs = op.infer_shapes(in_shapes, in_values);
-    auto views = op.view_map();
-    for (size_t o = 0; o < ins.outputs.size(); ++o) {
-      const int s = ins.outputs[o];
-      shape[s] = outs[o];
-      auto vm = std::find_if(views.begin(), views.end(), [&](auto& v) { return v.first == static_cast<int>(o); });
-      if (vm != views.end() && buffer_of[ins.inputs[vm->second]] >= 0) {
-        buffer_of[s] = buffer_of[ins.inputs[vm->second]];
-        ++buffer_refs[buffer_of[s]];
-        continue;
-      }
-      if (vm != views.end()) continue;  // a view of an input, shared variable or constant: no new bytes
-      const int64_t bytes = shape_numel(outs[o]) * static_cast<int64_t>(dtype_size(ins.node->outputs[o]->type.dtype));
-      buffer_of[s] = static_cast<int>(buffer_bytes.size());
-      buffer_bytes.push_back(bytes);
-      buffer_refs.push_back(1);
-      r.naive_bytes += bytes;
-      live += bytes;
-    }
-    r.planned_peak_bytes = std::max(r.planned_peak_bytes, live);
-    for (int s : ins.release_after)
-      if (buffer_of[s] >= 0 && --buffer_refs[buffer_of[s]] == 0) live -= buffer_bytes[buffer_of[s]];
-  }
-  r.lower_bound_bytes = r.planned_peak_bytes;
+  MemoryReport r = f.plan_for(input_shapes, shared_shapes)->report;
+  r.persistent_bytes = persistent;
   return r;
 }
 

@@ -188,8 +188,10 @@ std::vector<Shape> Elemwise::infer_shapes(const std::vector<Shape>& in, const st
 std::vector<std::pair<int, int>> Elemwise::inplace_options() const {
   if (op_ == ScalarOp::cast || is_comparison(op_) || op_ == ScalarOp::fill) return {};
   if (op_ == ScalarOp::where) return {{0, 1}, {0, 2}};
+  // A chain add(a, b, c, ...) writes a + b first and then reads c, d, ...: only a and b may be
+  // overwritten.
   std::vector<std::pair<int, int>> out;
-  for (int i = 0; i < arity_; ++i) out.push_back({0, i});
+  for (int i = 0; i < std::min(arity_, 2); ++i) out.push_back({0, i});
   return out;
 }
 

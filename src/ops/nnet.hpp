@@ -14,7 +14,11 @@ class Softmax final : public Op {
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
-  std::vector<std::pair<int, int>> inplace_options() const override { return {{0, 0}}; }
+  // softmax may overwrite its input (each element is read before it is written); log_softmax reads
+  // its input again after writing, so it may not.
+  std::vector<std::pair<int, int>> inplace_options() const override {
+    return log_ ? std::vector<std::pair<int, int>>{} : std::vector<std::pair<int, int>>{{0, 0}};
+  }
 
  private:
   int64_t axis_;

@@ -1,0 +1,282 @@
+#include "compile/plan.hpp"
+
+#include <algorithm>
+#include <map>
+#include <unordered_set>
+
+#include "graph/op.hpp"
+#include "ops/shape.hpp"
+
+namespace kiln {
+
+namespace {
+
+constexpr int64_t kAlign = 64;
+
+int64_t aligned_bytes(const Shape& shape, DType dtype) {
+  const int64_t bytes = shape_numel(shape) * static_cast<int64_t>(dtype_size(dtype));
+  return (bytes + kAlign - 1) / kAlign * kAlign;
+}
+
+// A tensor with the right shape and no memory, for ops that read only their inputs' shapes.
+Tensor shape_only(const Shape& shape, DType dtype) {
+  return Tensor::view_of(nullptr, dtype, shape, contiguous_strides(shape), 0);
+}
+
+bool produces_integers(const Node& n) {
+  for (const auto& out : n.outputs)
+    if (is_float(out->type.dtype)) return false;
+  return true;
+}
+
+// "f32(2,3), i64(4,)": the same form the runtime's messages use.
+std::string describe(const Program& p, const Instruction& ins, const std::vector<Shape>& shapes) {
+  std::string s;
+  for (size_t i = 0; i < shapes.size(); ++i)
+    s += (i ? ", " : "") + std::string(dtype_name(p.slot_vars[ins.inputs[i]]->type.dtype)) + shape_str(shapes[i]);
+  return s;
+}
+
+struct Buffer {
+  int64_t bytes = 0;
+  int first = 0, last = 0;  // instructions between which it must stay
+  int64_t offset = -1;
+  bool in_arena = true;
+};
+
+}  // namespace
+
+MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes, const std::vector<Shape>& shared_shapes) {
+  MemoryPlan plan;
+  plan.signature = input_shapes;
+  plan.signature.insert(plan.signature.end(), shared_shapes.begin(), shared_shapes.end());
+  const int n_slots = p.n_slots;
+  plan.shape.assign(n_slots, std::nullopt);
+  plan.value.assign(n_slots, Tensor());
+  plan.precomputed.assign(p.code.size(), false);
+  plan.offset.assign(n_slots, -1);
+  for (size_t i = 0; i < p.input_slots.size(); ++i) plan.shape[p.input_slots[i]] = input_shapes.at(i);
+  for (size_t i = 0; i < p.shared_slots.size(); ++i) plan.shape[p.shared_slots[i].first] = shared_shapes.at(i);
+  for (const auto& [s, value] : p.constant_slots) {
+    plan.shape[s] = value.shape();
+    plan.value[s] = value;
+  }
+
+  // 1. Shapes first. Integer results computable from shapes alone (shape arithmetic) are computed
+  // now, once per signature, and skipped at run time.
+  for (size_t k = 0; k < p.code.size(); ++k) {
+    const Instruction& ins = p.code[k];
+    const Op& op = *ins.node->op;
+    std::vector<Shape> shapes;
+    std::vector<const Tensor*> values;
+    bool known = true, all_values = true;
+    for (int s : ins.inputs) {
+      known = known && plan.shape[s].has_value();
+      if (!known) break;
+      shapes.push_back(*plan.shape[s]);
+      values.push_back(plan.value[s].defined() ? &plan.value[s] : nullptr);
+      all_values = all_values && plan.value[s].defined();
+    }
+    if (!known) continue;
+    for (int need : op.needs_input_values())
+      if (need < static_cast<int>(values.size()) && !values[need]) known = false;
+    if (!known) continue;
+    std::vector<Shape> out_shapes;
+    try {
+      out_shapes = op.infer_shapes(shapes, values);
+    } catch (const Error& e) {
+      e.rethrow_with(std::string(e.what()) + "\n  while planning " + op.name() + " on " + describe(p, ins, shapes) +
+                     ", built at " + ins.node->where());
+    }
+    for (size_t o = 0; o < ins.outputs.size(); ++o) plan.shape[ins.outputs[o]] = out_shapes[o];
+    const bool reads_shapes_only = dynamic_cast<const ShapeOf*>(&op) != nullptr;
+    if (produces_integers(*ins.node) && (all_values || reads_shapes_only)) {
+      std::vector<Tensor> inputs, outputs(ins.outputs.size());
+      for (size_t i = 0; i < ins.inputs.size(); ++i)
+        inputs.push_back(values[i] ? *values[i] : shape_only(shapes[i], p.slot_vars[ins.inputs[i]]->type.dtype));
+      for (size_t o = 0; o < outputs.size(); ++o)
+        if (!ins.output_is_view[o]) outputs[o] = Tensor::empty(out_shapes[o], ins.node->outputs[o]->type.dtype);
+      op.perform(inputs, outputs);
+      for (size_t o = 0; o < outputs.size(); ++o) plan.value[ins.outputs[o]] = outputs[o].contiguous().clone();
+      plan.precomputed[k] = true;
+    }
+  }
+
+  // 2. Buffers. Each slot computed at run time either owns a buffer or aliases the buffer of the
+  // value it views (or, in place, of the input it overwrites).
+  std::vector<int> root(n_slots);
+  for (int s = 0; s < n_slots; ++s) root[s] = s;
+  std::vector<int> buffer_of(n_slots, -1);
+  std::vector<Buffer> buffers;
+  std::vector<bool> external(n_slots, false);  // inputs, shared variables, constants, precomputed values
+  for (int s : p.input_slots) external[s] = true;
+  for (const auto& sh : p.shared_slots) external[sh.first] = true;
+  for (const auto& c : p.constant_slots) external[c.first] = true;
+  std::vector<int> last_use(n_slots, -1);
+  for (size_t k = 0; k < p.code.size(); ++k)
+    if (!plan.precomputed[k])
+      for (int s : p.code[k].inputs) last_use[s] = static_cast<int>(k);
+  std::unordered_set<int> results(p.result_slots.begin(), p.result_slots.end());
+  const int end_of_call = static_cast<int>(p.code.size());
+  for (int s : p.result_slots) last_use[s] = end_of_call;
+  // What each view views is static: resolve it first, so that a buffer's last use includes every
+  // later read through its views before anything decides to overwrite it.
+  for (size_t k = 0; k < p.code.size(); ++k) {
+    if (plan.precomputed[k]) continue;
+    const Instruction& ins = p.code[k];
+    for (auto [out, in] : ins.node->op->view_map())
+      if (ins.output_is_view[out]) root[ins.outputs[out]] = root[ins.inputs[in]];
+  }
+  std::vector<int> effective_last(n_slots, -1);
+  for (int s = 0; s < n_slots; ++s) effective_last[root[s]] = std::max(effective_last[root[s]], last_use[s]);
+
+  auto extend = [&](int b, int until) { buffers[b].last = std::max(buffers[b].last, until); };
+  for (size_t k = 0; k < p.code.size(); ++k) {
+    if (plan.precomputed[k]) {
+      for (int s : p.code[k].outputs) external[s] = true;
+      continue;
+    }
+    const Instruction& ins = p.code[k];
+    auto inplace = ins.node->op->inplace_options();
+    for (size_t o = 0; o < ins.outputs.size(); ++o) {
+      const int s = ins.outputs[o];
+      if (ins.output_is_view[o]) continue;
+      if (!plan.shape[s]) {  // depends on data: allocated when it runs
+        plan.report.unplanned.push_back(ins.node->op->name() + " (output " + std::to_string(o) + ", built at " +
+                                        ins.node->where() + ")");
+        continue;
+      }
+      const DType dtype = ins.node->outputs[o]->type.dtype;
+      const int64_t bytes = aligned_bytes(*plan.shape[s], dtype);
+      // In place: the input dies here, owns its buffer outright, is not protected, and has the
+      // output's exact shape and dtype.
+      int reuse = -1;
+      for (auto [out, in] : inplace) {
+        if (out != static_cast<int>(o)) continue;
+        const int src = ins.inputs[in];
+        const int b = buffer_of[src];
+        if (b < 0 || root[src] != src || external[src] || results.count(src) || !buffers[b].in_arena) continue;
+        if (buffers[b].last != static_cast<int>(k) || effective_last[src] != static_cast<int>(k) ||
+            plan.shape[src] != plan.shape[s])
+          continue;
+        if (p.slot_vars[src]->type.dtype != dtype) continue;
+        reuse = b;
+        break;
+      }
+      if (reuse >= 0) {
+        buffer_of[s] = reuse;
+        continue;
+      }
+      buffer_of[s] = static_cast<int>(buffers.size());
+      buffers.push_back({bytes, static_cast<int>(k), static_cast<int>(k), -1, true});
+    }
+    // Readers keep what they read alive; through views, the viewed buffer.
+    for (int s : ins.inputs) {
+      const int b = buffer_of[root[s]];
+      if (b >= 0) extend(b, static_cast<int>(k));
+    }
+    for (int s : ins.outputs) {
+      const int b = buffer_of[root[s]];
+      if (b >= 0) extend(b, std::max(static_cast<int>(k), effective_last[root[s]]));
+    }
+  }
+  // Values the call hands back (outputs, update values), and what they view, outlive the call:
+  // they get buffers of their own, outside the arena.
+  for (int s : p.result_slots)
+    if (const int b = buffer_of[root[s]]; b >= 0) buffers[b].in_arena = false;
+
+  // 3. Offsets: largest first, each at the lowest address free during its whole lifetime.
+  std::vector<int> order;
+  for (int b = 0; b < static_cast<int>(buffers.size()); ++b)
+    if (buffers[b].in_arena) order.push_back(b);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return buffers[a].bytes > buffers[b].bytes; });
+  std::vector<int> placed;
+  for (int b : order) {
+    std::vector<std::pair<int64_t, int64_t>> taken;
+    for (int q : placed)
+      if (buffers[q].first <= buffers[b].last && buffers[b].first <= buffers[q].last)
+        taken.push_back({buffers[q].offset, buffers[q].offset + buffers[q].bytes});
+    std::sort(taken.begin(), taken.end());
+    int64_t offset = 0;
+    for (auto [lo, hi] : taken) {
+      if (offset + buffers[b].bytes <= lo) break;
+      offset = std::max(offset, hi);
+    }
+    buffers[b].offset = offset;
+    plan.arena_bytes = std::max(plan.arena_bytes, offset + buffers[b].bytes);
+    placed.push_back(b);
+  }
+  for (int s = 0; s < n_slots; ++s)
+    if (buffer_of[s] >= 0 && buffers[buffer_of[s]].in_arena) plan.offset[s] = buffers[buffer_of[s]].offset;
+
+  // 4. The report: naive is one buffer per computed value; the lower bound is the most bytes live
+  // at one instruction in this schedule (in place and views applied); the peak adds the buffers
+  // that leave the call to the arena.
+  std::vector<int64_t> live(p.code.size() + 1, 0);
+  int64_t outside = 0;
+  for (const Buffer& b : buffers) {
+    for (int k = b.first; k <= std::min(b.last, end_of_call); ++k) live[k] += b.bytes;
+    if (!b.in_arena) outside += b.bytes;
+  }
+  for (size_t k = 0; k < p.code.size(); ++k)
+    if (!plan.precomputed[k])
+      for (size_t o = 0; o < p.code[k].outputs.size(); ++o) {
+        const int s = p.code[k].outputs[o];
+        if (!p.code[k].output_is_view[o] && plan.shape[s])
+          plan.report.naive_bytes += aligned_bytes(*plan.shape[s], p.code[k].node->outputs[o]->type.dtype);
+      }
+  plan.report.lower_bound_bytes = live.empty() ? 0 : *std::max_element(live.begin(), live.end());
+  plan.report.planned_peak_bytes = plan.arena_bytes + outside;
+  return plan;
+}
+
+void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& slots, std::shared_ptr<Storage> arena) {
+  if (!arena && plan.arena_bytes > 0) arena = Storage::allocate(static_cast<size_t>(plan.arena_bytes));
+  for (size_t k = 0; k < p.code.size(); ++k)
+    if (plan.precomputed[k])
+      for (int s : p.code[k].outputs) slots[s] = plan.value[s];
+  std::vector<Tensor> inputs, outputs;
+  std::vector<Shape> shapes;
+  std::vector<const Tensor*> values;
+  for (size_t k = 0; k < p.code.size(); ++k) {
+    const Instruction& ins = p.code[k];
+    if (!plan.precomputed[k]) {
+      const Op& op = *ins.node->op;
+      inputs.clear();
+      for (int s : ins.inputs) inputs.push_back(slots[s]);
+      try {
+        outputs.assign(ins.outputs.size(), Tensor());
+        for (size_t o = 0; o < outputs.size(); ++o) {
+          if (ins.output_is_view[o]) continue;
+          const int s = ins.outputs[o];
+          const DType dtype = ins.node->outputs[o]->type.dtype;
+          if (plan.offset[s] >= 0) {
+            const Shape& shape = *plan.shape[s];
+            outputs[o] = Tensor::view_of(arena, dtype, shape, contiguous_strides(shape),
+                                         plan.offset[s] / static_cast<int64_t>(dtype_size(dtype)));
+          } else if (plan.shape[s]) {
+            outputs[o] = Tensor::empty(*plan.shape[s], dtype);
+          } else {  // shape known only now
+            shapes.clear();
+            values.clear();
+            for (const Tensor& t : inputs) {
+              shapes.push_back(t.shape());
+              values.push_back(&t);
+            }
+            outputs[o] = Tensor::empty(op.infer_shapes(shapes, values)[o], dtype);
+          }
+        }
+        op.perform(inputs, outputs);
+      } catch (const Error& e) {
+        std::string described;
+        for (size_t i = 0; i < inputs.size(); ++i) described += (i ? ", " : "") + inputs[i].str();
+        e.rethrow_with(std::string(e.what()) + "\n  while running " + op.name() + " on " + described + ", built at " +
+                       ins.node->where());
+      }
+      for (size_t o = 0; o < outputs.size(); ++o) slots[ins.outputs[o]] = std::move(outputs[o]);
+    }
+    for (int s : ins.release_after) slots[s] = Tensor();
+  }
+}
+
+}  // namespace kiln

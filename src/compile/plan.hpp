@@ -1,0 +1,35 @@
+#pragma once
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "compile/program.hpp"
+#include "kiln/function.hpp"
+
+namespace kiln {
+
+// Where every value of one call lives, decided before any kernel runs, for one signature (the
+// shapes of the inputs and shared variables). Computed once per signature and reused.
+struct MemoryPlan {
+  std::vector<Shape> signature;
+  std::vector<std::optional<Shape>> shape;  // per slot; empty where it depends on data
+  std::vector<Tensor> value;                // per slot: values computed while planning (shape arithmetic)
+  std::vector<bool> precomputed;            // per instruction: its outputs are in `value`, it does not run
+  std::vector<int64_t> offset;              // per slot: byte offset in the arena, -1 when not there
+  int64_t arena_bytes = 0;
+  MemoryReport report;
+};
+
+// Plans a program: shapes first (running the shape arithmetic), liveness (views extend what they
+// view), in-place where an op declares it and the input is dead afterwards and not protected,
+// sharing of buffers whose lifetimes do not overlap (best fit), all as offsets in one arena.
+// Function outputs and update values are never placed in the arena (they outlive the call).
+MemoryPlan plan_memory(const Program& program, const std::vector<Shape>& input_shapes,
+                       const std::vector<Shape>& shared_shapes);
+
+// Runs a program from a plan: intermediates are views into one arena (allocated per call, or
+// kept between calls when `arena` is given), precomputed instructions are skipped.
+void run_planned(const Program& program, const MemoryPlan& plan, std::vector<Tensor>& slots,
+                 std::shared_ptr<Storage> arena);
+
+}  // namespace kiln
