@@ -1,6 +1,7 @@
 #include "compile/plan.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <unordered_set>
 
@@ -232,6 +233,11 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
 
 void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& slots, std::shared_ptr<Storage> arena) {
   if (!arena && plan.arena_bytes > 0) arena = Storage::allocate(static_cast<size_t>(plan.arena_bytes));
+#ifndef NDEBUG
+  // Debug builds poison the arena (all bits set: NaN, -1): a plan that lets a value be read after
+  // its region was reused, or before it was written, shows up as a wrong value.
+  if (arena) std::memset(arena->data(), 0xFF, arena->nbytes());
+#endif
   for (size_t k = 0; k < p.code.size(); ++k)
     if (plan.precomputed[k])
       for (int s : p.code[k].outputs) slots[s] = plan.value[s];

@@ -59,13 +59,16 @@ void reduce_loop(const Tensor& in, Tensor& out, const std::vector<int64_t>& axes
                      });
 }
 
-// Sum of f32 runs accumulates in f64 for accuracy, then narrows.
+// Sum of f32 runs accumulates in f64 for accuracy, then narrows. The f64 accumulator is per-thread
+// scratch reused across calls, so a steady loop allocates nothing here.
 template <class T> void reduce_sum(const Tensor& in, Tensor& out, const std::vector<int64_t>& axes) {
   using Acc = std::conditional_t<std::is_same_v<T, float>, double, T>;
   if constexpr (std::is_same_v<Acc, T>) {
     reduce_loop<T, T>(in, out, axes, T(0), [](T a, T b) { return static_cast<T>(a + b); });
   } else {
-    Tensor wide = Tensor::empty(out.shape(), dtype_of<Acc>());
+    thread_local std::vector<Acc> scratch;
+    if (scratch.size() < static_cast<size_t>(out.numel())) scratch.resize(static_cast<size_t>(out.numel()));
+    Tensor wide = Tensor::wrap(scratch.data(), out.shape());
     reduce_loop<Acc, T>(in, wide, axes, Acc(0), [](Acc a, Acc b) { return a + b; });
     out.copy_from(wide);
   }

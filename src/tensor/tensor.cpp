@@ -111,7 +111,10 @@ double Tensor::item_as_double(int64_t flat) const {
 template <class T> T Tensor::item() const {
   if (numel() != 1)
     throw ShapeError("Tensor::item: needs exactly one element, the tensor is " + str());
-  return static_cast<T>(to_vector<T>()[0]);
+  return dispatch_dtype(dtype(), [&](auto tag) {  // read in place: no conversion buffer
+    using S = decltype(tag);
+    return static_cast<T>(*reinterpret_cast<const S*>(raw_data()));
+  });
 }
 
 template <class T> std::vector<T> Tensor::to_vector() const {
@@ -253,7 +256,10 @@ template <> std::vector<bool> Tensor::to_vector<bool>() const {
 }
 template <> bool Tensor::item<bool>() const {
   if (numel() != 1) throw ShapeError("Tensor::item: needs exactly one element, the tensor is " + str());
-  return to_vector<bool>()[0];
+  return dispatch_dtype(dtype(), [&](auto tag) {
+    using S = decltype(tag);
+    return *reinterpret_cast<const S*>(raw_data()) != S(0);
+  });
 }
 template <> Tensor Tensor::from<bool>(const std::vector<bool>& data, const Shape& shape) {
   if (shape_numel(shape) != static_cast<int64_t>(data.size()))

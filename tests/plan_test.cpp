@@ -1,0 +1,130 @@
+// The memory planner: random graphs run with and without a plan must agree exactly; the plan's
+// report; keep_buffers' steady state.
+#include <random>
+
+#include "test_util.hpp"
+
+using namespace kiln;
+using namespace kiln::test;
+
+namespace {
+
+// Without planning: the collecting runtime (what Mode::debug's op checks run on).
+Mode unplanned(std::vector<std::string> groups = {}) {
+  return Mode("unplanned", std::move(groups), DebugChecks{.rewrites = false, .ops = true});
+}
+
+// A random graph over two m x n matrices: elementwise ops, matrix products, views (transposes,
+// reshapes, slices), values read by several later ops, several outputs.
+std::vector<Var> random_graph(std::mt19937& rng, const Var& a, const Var& b, int64_t m, int64_t n) {
+  std::vector<Var> pool{a, b};
+  auto pick = [&]() { return pool[rng() % pool.size()]; };
+  const int steps = 8 + static_cast<int>(rng() % 12);
+  for (int i = 0; i < steps; ++i) {
+    Var x = pick(), y = pick(), z;
+    switch (rng() % 9) {
+      case 0: z = x + y; break;
+      case 1: z = x * y; break;
+      case 2: z = x - y * 0.5; break;
+      case 3: z = tanh(x); break;
+      case 4: z = exp(-abs(x)); break;
+      case 5: z = transpose(transpose(x)) + 1.0; break;
+      case 6: z = reshape(reshape(x, {m * n}) * 2.0, {m, n}); break;
+      case 7: z = dot(dot(x, transpose(y)), x) * 0.1; break;          // m x m, then back to m x n
+      case 8: z = concatenate({slice(x, 0, 0, 1), slice(y, 0, 1, m)}); break;  // row views, a copy
+    }
+    pool.push_back(z);
+  }
+  return {pool.back(), pool[pool.size() / 2], sum(pool[2 + rng() % (pool.size() - 2)], {1})};
+}
+
+}  // namespace
+
+TEST(Planner, RandomGraphsAgreeWithAndWithoutPlanning) {
+  const int64_t m = 5, n = 7;
+  for (uint32_t seed = 0; seed < 150; ++seed) {
+    std::mt19937 rng(seed);
+    Var a = matrix("a", f64), b = matrix("b", f64);
+    std::vector<Var> outs = random_graph(rng, a, b, m, n);
+    std::vector<Out> o(outs.begin(), outs.end());
+    Tensor av = random_tensor({m, n}, f64, -1, 1, seed + 1), bv = random_tensor({m, n}, f64, -1, 1, seed + 1000);
+    auto want = function({a, b}, o, {.mode = unplanned(), .allow_unused_inputs = true})({av, bv});
+    for (Mode mode : {Mode("plain", {}), Mode::fast_run()}) {
+      for (bool keep : {false, true}) {
+        Function f = function({a, b}, o, {.mode = mode, .keep_buffers = keep, .allow_unused_inputs = true});
+        for (int call = 0; call < 2; ++call) {  // the second call reuses a kept arena
+          auto got = f({av, bv});
+          for (size_t i = 0; i < got.size(); ++i) {
+            SCOPED_TRACE("seed " + std::to_string(seed) + ", mode " + mode.name() + ", output " + std::to_string(i));
+            expect_values(got[i], want[i].to_vector<double>(), 1e-12);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Planner, InPlaceNeverOverwritesAValueReadLater) {
+  // The trap of the MXNet document: B feeds both C = sigmoid(B) and F; C may not overwrite B.
+  Var a = vector("a", f64);
+  Var B = a * 2.0;
+  Var C = sigmoid(B);
+  Var F = B + 1.0;
+  Function f = function({a}, {C * F}, {.mode = Mode("plain", {})});
+  Tensor av = Tensor::from({0.5, -1.0}, {2});
+  auto want = function({a}, {C * F}, {.mode = unplanned()})(av);
+  expect_values(f(av)[0], want[0].to_vector<double>(), 1e-15);
+  // Nor a value a view still reads: y views x's buffer and is read after exp(x) runs.
+  Var x = matrix("x", f64);
+  Var t = x * 1.5;
+  Var y = transpose(t);
+  Var z = exp(t);
+  Function g = function({x}, {z + transpose(y)}, {.mode = Mode("plain", {})});
+  Tensor xv = random_tensor({3, 3});
+  expect_values(g(xv)[0], function({x}, {z + transpose(y)}, {.mode = unplanned()})(xv)[0].to_vector<double>(), 1e-15);
+}
+
+TEST(Planner, ReportsPlannedNaiveAndLowerBound) {
+  Var x = matrix("x", f32);
+  Var y = x;
+  for (int i = 0; i < 20; ++i) y = tanh(y * 1.01);  // a deep chain: in place all along
+  Function f = function({x}, {y}, {.mode = Mode("plain", {})});
+  MemoryReport r = f.memory_report({{100, 100}});
+  const int64_t block = 40000;  // 100 x 100 f32, already 64-byte aligned
+  EXPECT_EQ(r.naive_bytes, 40 * block);
+  // Every step overwrites the one before, down to the result: the whole chain runs in the result's
+  // own buffer, which is also the lower bound.
+  EXPECT_EQ(r.planned_peak_bytes, block);
+  EXPECT_EQ(r.lower_bound_bytes, block);
+  EXPECT_LE(r.planned_peak_bytes, r.lower_bound_bytes * 105 / 100);
+  EXPECT_TRUE(r.unplanned.empty());
+}
+
+TEST(Planner, DataDependentShapesAreAllocatedWhenTheyRunAndReported) {
+  Var x = vector("x", f64), n = scalar("n", i64);
+  Var y = reshape(x * 2.0, stack({n, Var(-1)}));  // the target shape is a value
+  Function f = function({x, n}, {exp(y)}, {.mode = Mode("plain", {})});
+  EXPECT_EQ(f(random_tensor({6}), Tensor::scalar<int64_t>(2))[0].shape(), (Shape{2, 3}));
+  MemoryReport r = f.memory_report({{6}, {}});
+  EXPECT_FALSE(r.unplanned.empty());
+}
+
+TEST(Planner, KeepBuffersAllocatesOnlyWhatLeavesTheCall) {
+  Var x = matrix("x", f32);
+  Shared w = shared(Tensor::full({64, 64}, 0.01), "w");
+  Var h = tanh(dot(x, w)) * 2.0 + 1.0;
+  Var loss = mean(h * h);
+  Function step = function({x}, {loss}, {.updates = {{w, w - 0.1 * grad(loss, w)}}, .keep_buffers = true});
+  Tensor xv = Tensor::ones({32, 64});
+  step(xv);
+  step(xv);
+  const int64_t before = allocator_stats().n_allocations;
+  for (int i = 0; i < 10; ++i) step(xv);
+  // Per call: the loss and the new value of w leave the call; everything else lives in the kept arena.
+  EXPECT_EQ(allocator_stats().n_allocations - before, 10 * 2);
+  Function fresh = function({x}, {loss}, {.updates = {{w, w - 0.1 * grad(loss, w)}}});
+  fresh(xv);
+  const int64_t before_fresh = allocator_stats().n_allocations;
+  fresh(xv);
+  EXPECT_EQ(allocator_stats().n_allocations - before_fresh, 3);  // and the arena, released after the call
+}
