@@ -128,3 +128,20 @@ TEST(Planner, KeepBuffersAllocatesOnlyWhatLeavesTheCall) {
   fresh(xv);
   EXPECT_EQ(allocator_stats().n_allocations - before_fresh, 3);  // and the arena, released after the call
 }
+
+TEST(Runtime, ProfileCountsCallsTimeAndBytesPerOp) {
+  Var x = matrix("x", f32), w = matrix("w", f32);
+  Function f = function({x, w}, {tanh(dot(x, w))}, {.mode = Mode("plain", {}), .profile = true});
+  for (int i = 0; i < 3; ++i) f(Tensor::ones({4, 8}), Tensor::ones({8, 2}));
+  Profile p = f.profile();
+  EXPECT_EQ(p.calls, 3);
+  ASSERT_EQ(p.ops.size(), 2u);
+  for (const OpProfile& op : p.ops) {
+    EXPECT_EQ(op.calls, 3) << op.op;
+    EXPECT_EQ(op.bytes, 3 * 4 * 2 * 4) << op.op;  // three calls writing a 4 x 2 f32 result each
+    EXPECT_GT(op.seconds, 0.0);
+  }
+  EXPECT_NE(p.str().find("dot: 3 runs"), std::string::npos) << p.str();
+  Function g = function({x, w}, {dot(x, w)});
+  expect_error<Error>([&] { g.profile(); }, {"without profiling", ".profile = true"});
+}

@@ -63,6 +63,20 @@ struct FunctionOptions {
   Mode mode = Mode::fast_run();
   bool keep_buffers = false;
   bool allow_unused_inputs = false;  // otherwise an input no output depends on is an error
+  bool profile = false;              // time every op of every call (read with f.profile())
+};
+
+// Per op (by name), over every call since the function was compiled.
+struct OpProfile {
+  std::string op;
+  int64_t calls = 0;
+  double seconds = 0;
+  int64_t bytes = 0;  // of the outputs it wrote
+};
+struct Profile {
+  std::vector<OpProfile> ops;  // most time first
+  int64_t calls = 0;           // calls of the function
+  std::string str() const;     // a table
 };
 
 struct MemoryReport {
@@ -106,6 +120,7 @@ class Function {
   MemoryReport memory_report(const std::vector<Shape>& input_shapes) const;
   std::string graph_text() const;
   const CompileReport& compile_report() const;
+  Profile profile() const;  // needs FunctionOptions{.profile = true}
   const FunctionImpl& impl() const;  // throws for a default-constructed Function
 
  private:

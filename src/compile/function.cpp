@@ -45,6 +45,11 @@ struct FunctionImpl {
   mutable std::mutex plan_mutex;
   mutable std::map<std::vector<Shape>, std::shared_ptr<const MemoryPlan>> plans;
   mutable std::vector<std::shared_ptr<Storage>> kept_arenas;
+  // FunctionOptions::profile: per instruction, over all calls.
+  bool profiling = false;
+  mutable std::mutex profile_mutex;
+  mutable InstructionTimes times;
+  mutable int64_t profiled_calls = 0;
 
   std::shared_ptr<const MemoryPlan> plan_for(const std::vector<Shape>& inputs, const std::vector<Shape>& shared) const {
     std::vector<Shape> signature = inputs;
@@ -267,6 +272,8 @@ Function function(std::vector<In> inputs, std::vector<Out> outputs, FunctionOpti
   f->program = emit_program(f->graph->inputs(), f->graph->outputs());
   f->runtime = checks && (checks->ops || checks->nan_guard) ? make_checking_runtime(checks->nan_guard) : make_collecting_runtime();
   f->planned = !(checks && (checks->ops || checks->nan_guard));
+  f->profiling = options.profile;
+  f->times = InstructionTimes(f->program.code.size());
   if (!f->replacements.empty()) {
     std::vector<Var> sides;
     for (const auto& r : f->replacements) {
@@ -320,7 +327,19 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
     for (const Tensor& t : old_shared) shared_shapes.push_back(t.shape());
     auto plan = f.plan_for(input_shapes, shared_shapes);
     std::shared_ptr<Storage> arena = f.keep_buffers ? f.take_arena(plan->arena_bytes) : nullptr;
-    run_planned(p, *plan, slots, arena);
+    if (f.profiling) {
+      InstructionTimes call(p.code.size());
+      run_planned(p, *plan, slots, arena, &call);
+      std::lock_guard lock(f.profile_mutex);
+      for (size_t k = 0; k < p.code.size(); ++k) {
+        f.times.seconds[k] += call.seconds[k];
+        f.times.bytes[k] += call.bytes[k];
+        f.times.runs[k] += call.runs[k];
+      }
+      ++f.profiled_calls;
+    } else {
+      run_planned(p, *plan, slots, arena);
+    }
     if (f.keep_buffers) f.keep_arena(std::move(arena));
   } else {
     f.runtime->run(p, slots);
@@ -399,6 +418,28 @@ MemoryReport Function::memory_report(const std::vector<Shape>& input_shapes) con
 }
 
 const CompileReport& Function::compile_report() const { return impl().report; }
+
+Profile Function::profile() const {
+  const FunctionImpl& f = impl();
+  if (!f.profiling)
+    throw Error("profile: this function was compiled without profiling; pass FunctionOptions{.profile = true}");
+  std::lock_guard lock(f.profile_mutex);
+  std::map<std::string, OpProfile> by_op;
+  for (size_t k = 0; k < f.program.code.size(); ++k) {
+    std::string name = f.program.code[k].node->op->name();
+    name = name.substr(0, name.find_first_of("{[("));
+    OpProfile& entry = by_op[name];
+    entry.op = name;
+    entry.seconds += f.times.seconds[k];
+    entry.bytes += f.times.bytes[k];
+    entry.calls += f.times.runs[k];
+  }
+  Profile out;
+  out.calls = f.profiled_calls;
+  for (auto& [name, entry] : by_op) out.ops.push_back(entry);
+  std::sort(out.ops.begin(), out.ops.end(), [](const OpProfile& a, const OpProfile& b) { return a.seconds > b.seconds; });
+  return out;
+}
 
 std::string Function::graph_text() const {
   std::ostringstream s;

@@ -1,6 +1,7 @@
 #include "compile/plan.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <unordered_set>
@@ -231,7 +232,8 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
   return plan;
 }
 
-void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& slots, std::shared_ptr<Storage> arena) {
+void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& slots, std::shared_ptr<Storage> arena,
+                 InstructionTimes* times) {
   if (!arena && plan.arena_bytes > 0) arena = Storage::allocate(static_cast<size_t>(plan.arena_bytes));
 #ifndef NDEBUG
   // Debug builds poison the arena (all bits set: NaN, -1): a plan that lets a value be read after
@@ -272,7 +274,15 @@ void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& 
             outputs[o] = Tensor::empty(op.infer_shapes(shapes, values)[o], dtype);
           }
         }
-        op.perform(inputs, outputs);
+        if (times) {
+          const auto start = std::chrono::steady_clock::now();
+          op.perform(inputs, outputs);
+          times->seconds[k] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          for (const Tensor& t : outputs) times->bytes[k] += static_cast<int64_t>(t.nbytes());
+          ++times->runs[k];
+        } else {
+          op.perform(inputs, outputs);
+        }
       } catch (const Error& e) {
         std::string described;
         for (size_t i = 0; i < inputs.size(); ++i) described += (i ? ", " : "") + inputs[i].str();

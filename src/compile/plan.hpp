@@ -29,7 +29,15 @@ MemoryPlan plan_memory(const Program& program, const std::vector<Shape>& input_s
 
 // Runs a program from a plan: intermediates are views into one arena (allocated per call, or
 // kept between calls when `arena` is given), precomputed instructions are skipped.
+// Time and bytes per instruction, accumulated when profiling.
+struct InstructionTimes {
+  std::vector<double> seconds;
+  std::vector<int64_t> bytes;
+  std::vector<int64_t> runs;
+  explicit InstructionTimes(size_t n = 0) : seconds(n, 0.0), bytes(n, 0), runs(n, 0) {}
+};
+
 void run_planned(const Program& program, const MemoryPlan& plan, std::vector<Tensor>& slots,
-                 std::shared_ptr<Storage> arena);
+                 std::shared_ptr<Storage> arena, InstructionTimes* times = nullptr);
 
 }  // namespace kiln
