@@ -16,6 +16,7 @@ set(KILN_SOURCES
   src/ops/join.cpp
   src/ops/nnet.cpp
   src/ops/composite.cpp
+  src/ops/ifelse.cpp
   src/grad/grad.cpp
   src/rewrite/engine.cpp
   src/rewrite/patterns.cpp

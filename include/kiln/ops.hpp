@@ -92,4 +92,10 @@ Var log_softmax(const Var& x, int64_t axis = -1, Loc loc = Loc::current());
 // float target distribution of the same shape as probs.
 Var categorical_crossentropy(const Var& probs, const Var& labels, Loc loc = Loc::current());
 
+// Control flow: lazy, only the branch cond selects runs (nodes only the other branch needs are
+// jumped over). cond is a 0-d value; the branches may differ in shape.
+Var ifelse(const Var& cond, const Var& then_value, const Var& else_value, Loc loc = Loc::current());
+std::vector<Var> ifelse(const Var& cond, const std::vector<Var>& then_values, const std::vector<Var>& else_values,
+                        Loc loc = Loc::current());
+
 }  // namespace kiln

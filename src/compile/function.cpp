@@ -426,6 +426,7 @@ Profile Function::profile() const {
   std::lock_guard lock(f.profile_mutex);
   std::map<std::string, OpProfile> by_op;
   for (size_t k = 0; k < f.program.code.size(); ++k) {
+    if (f.program.code[k].kind != Instruction::Kind::run) continue;
     std::string name = f.program.code[k].node->op->name();
     name = name.substr(0, name.find_first_of("{[("));
     OpProfile& entry = by_op[name];

@@ -68,6 +68,7 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
   // now, once per signature, and skipped at run time.
   for (size_t k = 0; k < p.code.size(); ++k) {
     const Instruction& ins = p.code[k];
+    if (ins.kind != Instruction::Kind::run) continue;
     const Op& op = *ins.node->op;
     std::vector<Shape> shapes;
     std::vector<const Tensor*> values;
@@ -87,6 +88,8 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
     try {
       out_shapes = op.infer_shapes(shapes, values);
     } catch (const Error& e) {
+      // Inside a branch that may not run, a failure is only an error if the branch runs.
+      if (ins.conditional) continue;
       e.rethrow_with(std::string(e.what()) + "\n  while planning " + op.name() + " on " + describe(p, ins, shapes) +
                      ", built at " + ins.node->where());
     }
@@ -98,7 +101,12 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
         inputs.push_back(values[i] ? *values[i] : shape_only(shapes[i], p.slot_vars[ins.inputs[i]]->type.dtype));
       for (size_t o = 0; o < outputs.size(); ++o)
         if (!ins.output_is_view[o]) outputs[o] = Tensor::empty(out_shapes[o], ins.node->outputs[o]->type.dtype);
-      op.perform(inputs, outputs);
+      try {
+        op.perform(inputs, outputs);
+      } catch (const Error&) {
+        if (ins.conditional) continue;
+        throw;
+      }
       for (size_t o = 0; o < outputs.size(); ++o) plan.value[ins.outputs[o]] = outputs[o].contiguous().clone();
       plan.precomputed[k] = true;
     }
@@ -124,7 +132,7 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
   // What each view views is static: resolve it first, so that a buffer's last use includes every
   // later read through its views before anything decides to overwrite it.
   for (size_t k = 0; k < p.code.size(); ++k) {
-    if (plan.precomputed[k]) continue;
+    if (plan.precomputed[k] || p.code[k].kind != Instruction::Kind::run) continue;
     const Instruction& ins = p.code[k];
     for (auto [out, in] : ins.node->op->view_map())
       if (ins.output_is_view[out]) root[ins.outputs[out]] = root[ins.inputs[in]];
@@ -139,6 +147,11 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
       continue;
     }
     const Instruction& ins = p.code[k];
+    if (ins.kind != Instruction::Kind::run) {  // a jump reads its condition
+      for (int s : ins.inputs)
+        if (const int b = buffer_of[root[s]]; b >= 0) extend(b, static_cast<int>(k));
+      continue;
+    }
     auto inplace = ins.node->op->inplace_options();
     for (size_t o = 0; o < ins.outputs.size(); ++o) {
       const int s = ins.outputs[o];
@@ -221,7 +234,7 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
     if (!b.in_arena) outside += b.bytes;
   }
   for (size_t k = 0; k < p.code.size(); ++k)
-    if (!plan.precomputed[k])
+    if (!plan.precomputed[k] && p.code[k].kind == Instruction::Kind::run)
       for (size_t o = 0; o < p.code[k].outputs.size(); ++o) {
         const int s = p.code[k].outputs[o];
         if (!p.code[k].output_is_view[o] && plan.shape[s])
@@ -246,8 +259,9 @@ void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& 
   std::vector<Tensor> inputs, outputs;
   std::vector<Shape> shapes;
   std::vector<const Tensor*> values;
-  for (size_t k = 0; k < p.code.size(); ++k) {
+  for (size_t k = 0; k < p.code.size(); k = next_instruction(p, k, slots)) {
     const Instruction& ins = p.code[k];
+    if (ins.kind != Instruction::Kind::run) continue;
     if (!plan.precomputed[k]) {
       const Op& op = *ins.node->op;
       inputs.clear();
@@ -267,9 +281,9 @@ void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& 
           } else {  // shape known only now
             shapes.clear();
             values.clear();
-            for (const Tensor& t : inputs) {
-              shapes.push_back(t.shape());
-              values.push_back(&t);
+            for (const Tensor& t : inputs) {  // a value of a branch not taken arrives undefined
+              shapes.push_back(t.defined() ? t.shape() : Shape{});
+              values.push_back(t.defined() ? &t : nullptr);
             }
             outputs[o] = Tensor::empty(op.infer_shapes(shapes, values)[o], dtype);
           }

@@ -6,13 +6,18 @@
 
 namespace kiln {
 
-// One step of a compiled function: a node's kernel over numbered value slots.
+// One step of a compiled function: a node's kernel over numbered value slots, or a jump (node is
+// null): to `target` when the value in inputs[0] is false (jump_if_false) or always.
 struct Instruction {
-  const Node* node;
+  enum class Kind { run, jump_if_false, jump };
+  const Node* node = nullptr;
   std::vector<int> inputs;
   std::vector<int> outputs;
-  std::vector<int> release_after;  // slots whose last reader is this instruction
+  std::vector<int> release_after;    // slots whose last reader is this instruction
   std::vector<bool> output_is_view;  // the op sets these outputs itself (its view_map)
+  Kind kind = Kind::run;
+  int target = -1;
+  bool conditional = false;  // inside a branch of an ifelse: it may not run
 };
 
 // A flat list of instructions and where each kind of value lives.
@@ -27,6 +32,8 @@ struct Program {
 };
 
 // Numbers the values between inputs and results, orders the nodes and marks each value's last reader.
+// The nodes that only one branch of an ifelse needs go into a block the program jumps over when
+// the other branch is taken (nested ifelse: blocks within blocks).
 Program emit_program(const std::vector<Var>& inputs, const std::vector<Var>& results);
 
 // The part of a call that runs the instructions; the first one runs them in order and releases
@@ -38,6 +45,8 @@ class Runtime {
 };
 
 std::unique_ptr<Runtime> make_collecting_runtime();
+// The next instruction after k: follows jumps (the condition is read from slots).
+size_t next_instruction(const Program& program, size_t k, const std::vector<Tensor>& slots);
 // The collecting runtime with Mode::debug()'s per-op checks (input modification, undeclared
 // aliases, and optionally NaN/Inf).
 std::unique_ptr<Runtime> make_checking_runtime(bool nan_guard);

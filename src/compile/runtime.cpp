@@ -4,9 +4,60 @@
 #include <unordered_set>
 
 #include "compile/program.hpp"
+#include <functional>
+
 #include "graph/op.hpp"
+#include "ops/ifelse.hpp"
 
 namespace kiln {
+
+namespace {
+
+// The nodes only one branch of each ifelse needs: reachable from that branch's values but not from
+// anything else (the results, other nodes, the condition, the other branch).
+struct Exclusive {
+  std::unordered_map<const Node*, std::pair<std::unordered_set<const Node*>, std::unordered_set<const Node*>>> branches;
+  std::unordered_map<const Node*, std::vector<const Node*>> owners;  // node -> ifelse nodes it is exclusive to
+};
+
+std::unordered_set<const Node*> ancestors(const std::vector<Var>& from, const Node* cut, bool follow_cut_condition) {
+  std::unordered_set<const Node*> seen;
+  std::vector<const Node*> stack;
+  for (const Var& v : from)
+    if (v.get()->owner) stack.push_back(v.get()->owner);
+  while (!stack.empty()) {
+    const Node* n = stack.back();
+    stack.pop_back();
+    if (!seen.insert(n).second) continue;
+    const size_t follow = (n == cut && follow_cut_condition) ? 1 : n->inputs.size();
+    for (size_t i = 0; i < follow; ++i)
+      if (const Node* p = n->inputs[i].get()->owner) stack.push_back(p);
+  }
+  return seen;
+}
+
+Exclusive exclusive_branches(const std::vector<Node*>& order, const std::vector<Var>& results) {
+  Exclusive ex;
+  for (const Node* n : order) {
+    const auto* op = dynamic_cast<const IfElse*>(n->op.get());
+    if (!op) continue;
+    const auto elsewhere = ancestors(results, n, true);  // everything still needed if n's branches were not
+    std::vector<Var> then_values(n->inputs.begin() + 1, n->inputs.begin() + 1 + op->n());
+    std::vector<Var> else_values(n->inputs.begin() + 1 + op->n(), n->inputs.end());
+    auto then_nodes = ancestors(then_values, nullptr, false), else_nodes = ancestors(else_values, nullptr, false);
+    std::unordered_set<const Node*> then_only, else_only;
+    for (const Node* x : then_nodes)
+      if (!elsewhere.count(x) && !else_nodes.count(x)) then_only.insert(x);
+    for (const Node* x : else_nodes)
+      if (!elsewhere.count(x) && !then_nodes.count(x)) else_only.insert(x);
+    for (const Node* x : then_only) ex.owners[x].push_back(n);
+    for (const Node* x : else_only) ex.owners[x].push_back(n);
+    ex.branches[n] = {std::move(then_only), std::move(else_only)};
+  }
+  return ex;
+}
+
+}  // namespace
 
 Program emit_program(const std::vector<Var>& inputs, const std::vector<Var>& results) {
   Program p;
@@ -23,16 +74,60 @@ Program emit_program(const std::vector<Var>& inputs, const std::vector<Var>& res
   };
   for (const Var& in : inputs) p.input_slots.push_back(slot(in.get()));
   std::vector<Node*> order = topological_order(results);
-  for (Node* n : order) {
-    Instruction ins{n, {}, {}, {}, std::vector<bool>(n->outputs.size(), false)};
+  const Exclusive ex = exclusive_branches(order, results);
+
+  auto emit_node = [&](Node* n, bool conditional) {
+    Instruction ins;
+    ins.node = n;
+    ins.conditional = conditional;
+    ins.output_is_view.assign(n->outputs.size(), false);
     for (const Var& v : n->inputs) ins.inputs.push_back(slot(v.get()));
     for (const auto& v : n->outputs) ins.outputs.push_back(slot(v.get()));
     for (auto [out, in] : n->op->view_map()) ins.output_is_view[out] = true;
     p.code.push_back(std::move(ins));
-  }
+  };
+  // Emits a block of nodes in topological order; an ifelse in it brings its branches' exclusive
+  // nodes as two blocks: jump over the first unless cond, run it, jump over the second.
+  std::function<void(const std::vector<Node*>&, bool)> emit_block = [&](const std::vector<Node*>& block, bool conditional) {
+    std::unordered_set<const Node*> members(block.begin(), block.end());
+    for (Node* n : block) {
+      bool deferred = false;
+      if (auto it = ex.owners.find(n); it != ex.owners.end())
+        for (const Node* owner : it->second) deferred = deferred || (owner != n && members.count(owner));
+      if (deferred) continue;
+      auto branches = ex.branches.find(n);
+      if (branches != ex.branches.end() && (!branches->second.first.empty() || !branches->second.second.empty())) {
+        std::vector<Node*> then_block, else_block;
+        for (Node* x : block) {
+          if (branches->second.first.count(x)) then_block.push_back(x);
+          if (branches->second.second.count(x)) else_block.push_back(x);
+        }
+        Instruction skip_then;
+        skip_then.kind = Instruction::Kind::jump_if_false;
+        skip_then.inputs = {slot(n->inputs[0].get())};
+        skip_then.conditional = conditional;
+        const size_t jif = p.code.size();
+        p.code.push_back(std::move(skip_then));
+        emit_block(then_block, true);
+        Instruction skip_else;
+        skip_else.kind = Instruction::Kind::jump;
+        skip_else.conditional = conditional;
+        const size_t jmp = p.code.size();
+        p.code.push_back(std::move(skip_else));
+        p.code[jif].target = static_cast<int>(p.code.size());
+        emit_block(else_block, true);
+        p.code[jmp].target = static_cast<int>(p.code.size());
+      }
+      emit_node(n, conditional);
+    }
+  };
+  emit_block(order, false);
   for (const Var& r : results) p.result_slots.push_back(slot(r.get()));
 
   std::unordered_set<int> kept(p.result_slots.begin(), p.result_slots.end());
+  // A value read inside a conditional block lives at least until the block's end, where both
+  // paths meet; releasing it inside a block that may be skipped would leave it alive instead,
+  // which is harmless, so the last reader in program order is enough.
   std::vector<int> last_reader(p.n_slots, -1);
   for (size_t i = 0; i < p.code.size(); ++i) {
     for (int s : p.code[i].inputs) last_reader[s] = static_cast<int>(i);
@@ -69,14 +164,14 @@ void check_op(const Instruction& ins, const std::vector<Tensor>& inputs, const s
   const Op& op = *ins.node->op;
   const std::string where = op.name() + " (built at " + ins.node->where() + ")";
   for (size_t i = 0; i < inputs.size(); ++i)
-    if (inputs[i].to_vector<double>() != before[i].to_vector<double>() &&
+    if (inputs[i].defined() && inputs[i].to_vector<double>() != before[i].to_vector<double>() &&
         !(has_nan_or_inf(before[i])))
       throw Error("debug check: " + where + " modified its input " + std::to_string(i) + " " + inputs[i].str() +
                   ", which it does not declare it may overwrite");
   for (size_t o = 0; o < outputs.size(); ++o) {
     if (ins.output_is_view[o]) continue;
     for (size_t i = 0; i < inputs.size(); ++i)
-      if (outputs[o].defined() && outputs[o].shares_memory(inputs[i]))
+      if (outputs[o].defined() && inputs[i].defined() && outputs[o].shares_memory(inputs[i]))
         throw Error("debug check: output " + std::to_string(o) + " of " + where + " shares memory with input " +
                     std::to_string(i) + ", but the op does not declare it as a view");
     if (nan_guard && has_nan_or_inf(outputs[o]))
@@ -92,15 +187,17 @@ class CollectingRuntime final : public Runtime {
     std::vector<Tensor> inputs, outputs;
     std::vector<Shape> shapes;
     std::vector<const Tensor*> values;
-    for (const Instruction& ins : program.code) {
+    for (size_t k = 0; k < program.code.size(); k = next_instruction(program, k, slots)) {
+      const Instruction& ins = program.code[k];
+      if (ins.kind != Instruction::Kind::run) continue;
       const Op& op = *ins.node->op;
       inputs.clear();
       shapes.clear();
       values.clear();
       for (int s : ins.inputs) inputs.push_back(slots[s]);
-      for (const Tensor& t : inputs) {
-        shapes.push_back(t.shape());
-        values.push_back(&t);
+      for (const Tensor& t : inputs) {  // a value of a branch not taken arrives undefined
+        shapes.push_back(t.defined() ? t.shape() : Shape{});
+        values.push_back(t.defined() ? &t : nullptr);
       }
       try {
         std::vector<Shape> out_shapes = op.infer_shapes(shapes, values);
@@ -109,7 +206,7 @@ class CollectingRuntime final : public Runtime {
           if (!ins.output_is_view[o]) outputs[o] = Tensor::empty(out_shapes[o], ins.node->outputs[o]->type.dtype);
         std::vector<Tensor> before;
         if (checks_.enabled)
-          for (const Tensor& t : inputs) before.push_back(t.clone());
+          for (const Tensor& t : inputs) before.push_back(t.defined() ? t.clone() : Tensor());
         op.perform(inputs, outputs);
         if (checks_.enabled) check_op(ins, inputs, before, outputs, checks_.nan_guard);
       } catch (const Error& e) {
@@ -126,6 +223,13 @@ class CollectingRuntime final : public Runtime {
 };
 
 }  // namespace
+
+size_t next_instruction(const Program& program, size_t k, const std::vector<Tensor>& slots) {
+  const Instruction& ins = program.code[k];
+  if (ins.kind == Instruction::Kind::jump) return static_cast<size_t>(ins.target);
+  if (ins.kind == Instruction::Kind::jump_if_false && !truth_of(slots[ins.inputs[0]])) return static_cast<size_t>(ins.target);
+  return k + 1;
+}
 
 std::unique_ptr<Runtime> make_collecting_runtime() { return std::make_unique<CollectingRuntime>(); }
 

@@ -1,0 +1,26 @@
+#pragma once
+#include "graph/op.hpp"
+
+namespace kiln {
+
+// ifelse(cond, then..., else...): n outputs, each a copy of the branch cond selects. The op only
+// selects; laziness comes from the program, which jumps over the nodes only the other branch
+// needs (compile/runtime.cpp), so their inputs arrive undefined.
+class IfElse final : public Op {
+ public:
+  explicit IfElse(int n) : n_(n) {}
+  int n() const { return n_; }
+  std::string name() const override { return "ifelse{" + std::to_string(n_) + "}"; }
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
+  std::vector<int> needs_input_values() const override { return {0}; }
+  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+
+ private:
+  int n_;
+};
+
+bool truth_of(const Tensor& cond);
+
+}  // namespace kiln

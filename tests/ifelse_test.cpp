@@ -1,0 +1,80 @@
+#include "test_util.hpp"
+
+using namespace kiln;
+using namespace kiln::test;
+
+TEST(IfElse, OnlyTheTakenBranchRuns) {
+  Var c = scalar("c", f64), x = matrix("x", f64), y = matrix("y", f64);
+  // The else branch would raise: x (2 x 3) and y (2 x 3) cannot be multiplied.
+  Var z = ifelse(c, x * 2.0, dot(x, y) + 1.0);
+  Function f = function({c, x, y}, {z}, {.profile = true});
+  Tensor xv = random_tensor({2, 3}), yv = random_tensor({2, 3}, f64, -1, 1, 2);
+  auto out = f(Tensor::scalar(1.0), xv, yv);
+  std::vector<double> doubled;
+  for (double v : xv.to_vector<double>()) doubled.push_back(2 * v);
+  expect_values(out[0], doubled);
+  for (const OpProfile& op : f.profile().ops)
+    if (op.op == "dot" || op.op == "gemm") EXPECT_EQ(op.calls, 0) << op.op;  // the else branch never ran
+  expect_error<ShapeError>([&] { f(Tensor::scalar(0.0), xv, yv); }, {"not aligned", "ifelse_test.cpp"});
+}
+
+TEST(IfElse, BranchesOfDifferentShapes) {
+  Var c = scalar("c", i64), v = vector("v", f64);
+  Var z = ifelse(c, v * 3.0, concatenate({v, v}));
+  Function f = function({c, v}, {sum(z), z});
+  Tensor vv = Tensor::from({1.0, 2.0}, {2});
+  auto a = f(Tensor::scalar<int64_t>(1), vv);
+  auto b = f(Tensor::scalar<int64_t>(0), vv);
+  EXPECT_EQ(a[1].shape(), (Shape{2}));
+  EXPECT_EQ(b[1].shape(), (Shape{4}));
+  expect_values(a[0], {9});
+  expect_values(b[0], {6});
+}
+
+TEST(IfElse, Nested) {
+  Var a = scalar("a", f64), b = scalar("b", f64), x = vector("x", f64);
+  Var z = ifelse(a, ifelse(b, exp(x), -x), sqrt(x));
+  Function f = function({a, b, x}, {z});
+  Tensor xv = Tensor::from({1.0, 4.0}, {2});
+  expect_values(f(Tensor::scalar(1.0), Tensor::scalar(1.0), xv)[0], {std::exp(1.0), std::exp(4.0)});
+  expect_values(f(Tensor::scalar(1.0), Tensor::scalar(0.0), xv)[0], {-1, -4});
+  expect_values(f(Tensor::scalar(0.0), Tensor::scalar(1.0), xv)[0], {1, 2});
+}
+
+TEST(IfElse, SharedWorkRunsOnceWhicheverBranch) {
+  Var c = scalar("c", f64), x = vector("x", f64);
+  Var common = exp(x);
+  Var z = ifelse(c, common * 2.0, common + 1.0);
+  Function f = function({c, x}, {z, common});
+  auto out = f(Tensor::scalar(0.0), Tensor::from({0.0}, {1}));
+  expect_values(out[0], {2});
+  expect_values(out[1], {1});
+}
+
+TEST(IfElse, SeveralValues) {
+  Var c = scalar("c", f64), x = vector("x", f64);
+  auto zs = ifelse(c, {x + 1.0, x * 2.0}, {x - 1.0, x * 3.0});
+  Function f = function({c, x}, {zs[0], zs[1]});
+  auto out = f(Tensor::scalar(0.0), Tensor::from({2.0}, {1}));
+  expect_values(out[0], {1});
+  expect_values(out[1], {6});
+}
+
+TEST(IfElse, Gradients) {
+  for (double sign : {1.0, -1.0}) {
+    verify_grad([&](std::vector<Var> v) {
+      return ifelse(sum(v[0]) * sign > 0.0, exp(v[0]) * v[1], v[0] - v[1] * 2.0);
+    }, {random_tensor({3}, f64, 0.1, 1), random_tensor({3}, f64, -1, 1, 2)});
+  }
+}
+
+TEST(IfElse, DebugModeAndErrors) {
+  Var c = scalar("c", f64), x = vector("x", f64);
+  Var z = ifelse(c, exp(x), log(x));
+  Function f = function({c, x}, {z}, {.mode = Mode::debug()});
+  expect_values(f(Tensor::scalar(1.0), Tensor::from({0.0}, {1}))[0], {1});
+  expect_error<TypeError>([&] { ifelse(x, x, x); }, {"condition must be a scalar"});
+  expect_error<TypeError>([&] { ifelse(c, x, matrix("m", f64)); }, {"branch values 0 differ"});
+  Function g = function({c, x}, {z});
+  expect_error<TypeError>([&] { g(Tensor::from({1.0, 0.0}, {2}), Tensor::from({1.0}, {1})); }, {"input 0", "'c'", "0 dimensions"});
+}
