@@ -88,6 +88,28 @@ inline int count_op(const Function& f, const std::string& name) {
 
 inline Mode plain_mode() { return Mode("plain", {}); }
 
+// Compiles outputs with `mode` and without any rewrite, checks that both give the same shapes,
+// dtypes and values on `values`, and returns the rewritten function (to inspect its graph).
+inline Function compare_with_plain(const std::vector<Var>& inputs, const std::vector<Var>& outputs,
+                                   const std::vector<Tensor>& values, double tol = 1e-12, Mode mode = Mode::fast_run()) {
+  std::vector<In> ins(inputs.begin(), inputs.end());
+  std::vector<Out> outs(outputs.begin(), outputs.end());
+  Function rewritten = function(ins, outs, {.mode = mode, .allow_unused_inputs = true});
+  Function plain = function(ins, outs, {.mode = plain_mode(), .allow_unused_inputs = true});
+  auto a = rewritten(values), b = plain(values);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].shape(), b[i].shape()) << "output " << i;
+    EXPECT_EQ(a[i].dtype(), b[i].dtype()) << "output " << i;
+    expect_values(a[i], b[i].to_vector<double>(), tol);
+  }
+  return rewritten;
+}
+
+inline Function compare_with_plain(const std::vector<Var>& inputs, const Var& output, const std::vector<Tensor>& values,
+                                   double tol = 1e-12) {
+  return compare_with_plain(inputs, std::vector<Var>{output}, values, tol);
+}
+
 template <class E, class F> void expect_error(F&& f, const std::vector<std::string>& fragments) {
   try {
     f();
