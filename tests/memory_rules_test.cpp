@@ -128,3 +128,16 @@ TEST(MemoryRules, UpdatesAreComputedFromOldValuesIncludingOutputs) {
   expect_values(f()[0], {10});
   expect_values(f()[0], {20});
 }
+
+TEST(MemoryRules, BorrowedInputServesAsWorkspace) {
+  Var x = vector("x", f64);
+  Var y = sum(exp(x * 2.0));
+  Tensor lent = Tensor::from({0.0, 1.0}, {2});
+  Function f = function({In(x, {.borrow = true})}, {y}, {.mode = Mode("plain", {})});
+  EXPECT_NEAR(f(lent)[0].item<double>(), 1.0 + std::exp(2.0), 1e-12);
+  // The caller's buffer was used: x * 2 and then exp were written into it.
+  expect_values(lent, {1.0, std::exp(2.0)}, 1e-12);
+  // With the input lent, the plan needs no buffer of its own for those two values.
+  Function g = function({x}, {y}, {.mode = Mode("plain", {})});
+  EXPECT_LT(f.memory_report({{1000}}).planned_peak_bytes, g.memory_report({{1000}}).planned_peak_bytes);
+}

@@ -50,10 +50,12 @@ TEST(Planner, RandomGraphsAgreeWithAndWithoutPlanning) {
     Tensor av = random_tensor({m, n}, f64, -1, 1, seed + 1), bv = random_tensor({m, n}, f64, -1, 1, seed + 1000);
     auto want = function({a, b}, o, {.mode = unplanned(), .allow_unused_inputs = true})({av, bv});
     for (Mode mode : {Mode("plain", {}), Mode::fast_run()}) {
-      for (bool keep : {false, true}) {
-        Function f = function({a, b}, o, {.mode = mode, .keep_buffers = keep, .allow_unused_inputs = true});
+      for (int variant = 0; variant < 3; ++variant) {
+        const bool keep = variant == 1, lend = variant == 2;  // lend: the inputs are workspace too
+        Function f = function({In(a, {.borrow = lend}), In(b, {.borrow = lend})}, o,
+                              {.mode = mode, .keep_buffers = keep, .allow_unused_inputs = true});
         for (int call = 0; call < 2; ++call) {  // the second call reuses a kept arena
-          auto got = f({av, bv});
+          auto got = lend ? f({av.clone(), bv.clone()}) : f({av, bv});
           for (size_t i = 0; i < got.size(); ++i) {
             SCOPED_TRACE("seed " + std::to_string(seed) + ", mode " + mode.name() + ", output " + std::to_string(i));
             expect_values(got[i], want[i].to_vector<double>(), 1e-12);

@@ -57,7 +57,9 @@ struct FunctionImpl {
     std::lock_guard lock(plan_mutex);
     auto it = plans.find(signature);
     if (it != plans.end()) return it->second;
-    auto plan = std::make_shared<const MemoryPlan>(plan_memory(program, inputs, shared));
+    std::vector<bool> borrowed;
+    for (const In& in : this->inputs) borrowed.push_back(in.borrow);
+    auto plan = std::make_shared<const MemoryPlan>(plan_memory(program, inputs, shared, borrowed));
     plans.emplace(std::move(signature), plan);
     return plan;
   }

@@ -44,11 +44,13 @@ struct Buffer {
   int first = 0, last = 0;  // instructions between which it must stay
   int64_t offset = -1;
   bool in_arena = true;
+  bool lent = false;  // the caller's buffer of an In(borrow) input: takes no bytes of ours
 };
 
 }  // namespace
 
-MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes, const std::vector<Shape>& shared_shapes) {
+MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes, const std::vector<Shape>& shared_shapes,
+                       const std::vector<bool>& borrowed_inputs) {
   MemoryPlan plan;
   plan.signature = input_shapes;
   plan.signature.insert(plan.signature.end(), shared_shapes.begin(), shared_shapes.end());
@@ -57,6 +59,7 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
   plan.value.assign(n_slots, Tensor());
   plan.precomputed.assign(p.code.size(), false);
   plan.offset.assign(n_slots, -1);
+  plan.reuse_input.assign(n_slots, -1);
   for (size_t i = 0; i < p.input_slots.size(); ++i) plan.shape[p.input_slots[i]] = input_shapes.at(i);
   for (size_t i = 0; i < p.shared_slots.size(); ++i) plan.shape[p.shared_slots[i].first] = shared_shapes.at(i);
   for (const auto& [s, value] : p.constant_slots) {
@@ -120,6 +123,8 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
   std::vector<Buffer> buffers;
   std::vector<bool> external(n_slots, false);  // inputs, shared variables, constants, precomputed values
   for (int s : p.input_slots) external[s] = true;
+  std::vector<bool> borrowed(n_slots, false), borrowed_taken(n_slots, false);
+  for (size_t i = 0; i < borrowed_inputs.size() && i < p.input_slots.size(); ++i) borrowed[p.input_slots[i]] = borrowed_inputs[i];
   for (const auto& sh : p.shared_slots) external[sh.first] = true;
   for (const auto& c : p.constant_slots) external[c.first] = true;
   std::vector<int> last_use(n_slots, -1);
@@ -170,7 +175,8 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
         if (out != static_cast<int>(o)) continue;
         const int src = ins.inputs[in];
         const int b = buffer_of[src];
-        if (b < 0 || root[src] != src || external[src] || results.count(src) || !buffers[b].in_arena) continue;
+        if (b < 0 || root[src] != src || external[src] || results.count(src) || !(buffers[b].in_arena || buffers[b].lent))
+          continue;
         if (buffers[b].last != static_cast<int>(k) || effective_last[src] != static_cast<int>(k) ||
             plan.shape[src] != plan.shape[s])
           continue;
@@ -180,8 +186,27 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
       }
       if (reuse >= 0) {
         buffer_of[s] = reuse;
+        // On a lent buffer the output is written into the tensor its source holds.
+        if (buffers[reuse].lent)
+          for (auto [out, in] : inplace)
+            if (out == static_cast<int>(o) && buffer_of[ins.inputs[in]] == reuse) plan.reuse_input[s] = ins.inputs[in];
         continue;
       }
+      // A borrowed input that dies here is the caller's gift of workspace: overwrite it.
+      bool gifted = false;
+      for (auto [out, in] : inplace) {
+        const int src = ins.inputs[in];
+        if (out != static_cast<int>(o) || !borrowed[src] || borrowed_taken[src] || results.count(src)) continue;
+        if (effective_last[src] != static_cast<int>(k) || plan.shape[src] != plan.shape[s] ||
+            p.slot_vars[src]->type.dtype != dtype)
+          continue;
+        plan.reuse_input[s] = src;
+        borrowed_taken[src] = gifted = true;
+        buffer_of[s] = static_cast<int>(buffers.size());
+        buffers.push_back({0, static_cast<int>(k), static_cast<int>(k), -1, false, true});
+        break;
+      }
+      if (gifted) continue;
       buffer_of[s] = static_cast<int>(buffers.size());
       buffers.push_back({bytes, static_cast<int>(k), static_cast<int>(k), -1, true});
     }
@@ -276,6 +301,9 @@ void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& 
             const Shape& shape = *plan.shape[s];
             outputs[o] = Tensor::view_of(arena, dtype, shape, contiguous_strides(shape),
                                          plan.offset[s] / static_cast<int64_t>(dtype_size(dtype)));
+          } else if (const int gift = plan.reuse_input[s];
+                     gift >= 0 && slots[gift].is_contiguous() && slots[gift].dtype() == dtype) {
+            outputs[o] = slots[gift];  // the caller lent this buffer (In borrow) and it dies here
           } else if (plan.shape[s]) {
             outputs[o] = Tensor::empty(*plan.shape[s], dtype);
           } else {  // shape known only now

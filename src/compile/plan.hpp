@@ -16,6 +16,7 @@ struct MemoryPlan {
   std::vector<Tensor> value;                // per slot: values computed while planning (shape arithmetic)
   std::vector<bool> precomputed;            // per instruction: its outputs are in `value`, it does not run
   std::vector<int64_t> offset;              // per slot: byte offset in the arena, -1 when not there
+  std::vector<int> reuse_input;             // per slot: the In(borrow) input slot it overwrites, or -1
   int64_t arena_bytes = 0;
   MemoryReport report;
 };
@@ -24,8 +25,10 @@ struct MemoryPlan {
 // view), in-place where an op declares it and the input is dead afterwards and not protected,
 // sharing of buffers whose lifetimes do not overlap (best fit), all as offsets in one arena.
 // Function outputs and update values are never placed in the arena (they outlive the call).
+// Inputs marked borrowed (In(x, {.borrow = true})) join the temporaries: an op may overwrite one
+// in place when it dies there.
 MemoryPlan plan_memory(const Program& program, const std::vector<Shape>& input_shapes,
-                       const std::vector<Shape>& shared_shapes);
+                       const std::vector<Shape>& shared_shapes, const std::vector<bool>& borrowed_inputs = {});
 
 // Runs a program from a plan: intermediates are views into one arena (allocated per call, or
 // kept between calls when `arena` is given), precomputed instructions are skipped.
