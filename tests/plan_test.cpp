@@ -42,7 +42,7 @@ std::vector<Var> random_graph(std::mt19937& rng, const Var& a, const Var& b, int
 
 TEST(Planner, RandomGraphsAgreeWithAndWithoutPlanning) {
   const int64_t m = 5, n = 7;
-  for (uint32_t seed = 0; seed < 150; ++seed) {
+  for (uint32_t seed = 0; seed < 500; ++seed) {
     std::mt19937 rng(seed);
     Var a = matrix("a", f64), b = matrix("b", f64);
     std::vector<Var> outs = random_graph(rng, a, b, m, n);

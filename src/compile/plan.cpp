@@ -168,12 +168,25 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
       }
       const DType dtype = ins.node->outputs[o]->type.dtype;
       const int64_t bytes = aligned_bytes(*plan.shape[s], dtype);
+      // An input read again at another position must be read there before it is written too:
+      // allowed only where the op declares that position overwritable as well (add(a, b, a) may
+      // not overwrite a: the third operand is read after the first pass wrote it).
+      auto rereads_safely = [&](int src) {
+        for (size_t j = 0; j < ins.inputs.size(); ++j) {
+          if (ins.inputs[j] != src) continue;
+          bool declared = false;
+          for (auto [out, in] : inplace) declared = declared || (out == static_cast<int>(o) && in == static_cast<int>(j));
+          if (!declared) return false;
+        }
+        return true;
+      };
       // In place: the input dies here, owns its buffer outright, is not protected, and has the
       // output's exact shape and dtype.
       int reuse = -1;
       for (auto [out, in] : inplace) {
         if (out != static_cast<int>(o)) continue;
         const int src = ins.inputs[in];
+        if (!rereads_safely(src)) continue;
         const int b = buffer_of[src];
         if (b < 0 || root[src] != src || external[src] || results.count(src) || !(buffers[b].in_arena || buffers[b].lent))
           continue;
@@ -196,7 +209,8 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
       bool gifted = false;
       for (auto [out, in] : inplace) {
         const int src = ins.inputs[in];
-        if (out != static_cast<int>(o) || !borrowed[src] || borrowed_taken[src] || results.count(src)) continue;
+        if (out != static_cast<int>(o) || !borrowed[src] || borrowed_taken[src] || results.count(src) || !rereads_safely(src))
+          continue;
         if (effective_last[src] != static_cast<int>(k) || plan.shape[src] != plan.shape[s] ||
             p.slot_vars[src]->type.dtype != dtype)
           continue;
