@@ -27,7 +27,7 @@ struct FunctionImpl {
   bool keep_buffers = false;
   std::unique_ptr<FunctionGraph> graph;
   Program program;
-  std::unique_ptr<Runtime> runtime;
+  std::unique_ptr<Runtime> runtime;  // Mode::debug()'s unplanned, op-checked reference run
   bool trust_input = false;
   mutable std::mutex last_shapes_mutex;
   mutable std::vector<Shape> last_shapes;
@@ -41,7 +41,6 @@ struct FunctionImpl {
   std::vector<Replacement> replacements;
   Program check_program;
   // Plans per signature (input and shared-variable shapes), and arenas kept between calls.
-  bool planned = true;
   mutable std::mutex plan_mutex;
   mutable std::map<std::vector<Shape>, std::shared_ptr<const MemoryPlan>> plans;
   mutable std::vector<std::shared_ptr<Storage>> kept_arenas;
@@ -272,8 +271,7 @@ Function function(std::vector<In> inputs, std::vector<Out> outputs, FunctionOpti
   f->report.nodes_after = static_cast<int64_t>(f->graph->toposort().size());
   f->graph->on_replace = nullptr;
   f->program = emit_program(f->graph->inputs(), f->graph->outputs());
-  f->runtime = checks && (checks->ops || checks->nan_guard) ? make_checking_runtime(checks->nan_guard) : make_collecting_runtime();
-  f->planned = !(checks && (checks->ops || checks->nan_guard));
+  if (checks && (checks->ops || checks->nan_guard)) f->runtime = make_checking_runtime(checks->nan_guard);
   f->profiling = options.profile;
   f->times = InstructionTimes(f->program.code.size());
   if (!f->replacements.empty()) {
@@ -323,7 +321,15 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
   for (size_t i = 0; i < p.shared_slots.size(); ++i) shared_values.add(old_shared[i], p.shared_slots[i].second);
 
   if (!f.replacements.empty()) check_rewrites(f, slots);
-  if (f.planned) {
+  // Mode::debug(): first a run without any plan (with the op checks; it never overwrites an
+  // input), whose results the planned run must reproduce: every in-place and sharing decision is
+  // checked on this call's values.
+  std::vector<Tensor> reference;
+  if (f.runtime) {
+    reference = slots;
+    f.runtime->run(p, reference);
+  }
+  {  // the planned run; an arena that is not kept is released at the end of this block
     std::vector<Shape> input_shapes, shared_shapes;
     for (int s : p.input_slots) input_shapes.push_back(slots[s].shape());
     for (const Tensor& t : old_shared) shared_shapes.push_back(t.shape());
@@ -343,9 +349,14 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
       run_planned(p, *plan, slots, arena);
     }
     if (f.keep_buffers) f.keep_arena(std::move(arena));
-  } else {
-    f.runtime->run(p, slots);
   }
+
+  if (!reference.empty())
+    for (size_t r = 0; r < p.result_slots.size(); ++r)
+      if (auto difference = value_difference(reference[p.result_slots[r]], slots[p.result_slots[r]]))
+        throw Error("debug check: the memory plan changed " +
+                    (r < f.outputs.size() ? "output " + std::to_string(r) : "update " + std::to_string(r - f.outputs.size())) +
+                    ": " + *difference + " (in place or sharing decided wrongly; please report it)");
 
   // Updates: computed from old values above; now assigned, none aliasing another shared buffer,
   // the caller's memory or a constant.
