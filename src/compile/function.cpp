@@ -56,9 +56,10 @@ struct FunctionImpl {
     std::lock_guard lock(plan_mutex);
     auto it = plans.find(signature);
     if (it != plans.end()) return it->second;
-    std::vector<bool> borrowed;
+    std::vector<bool> borrowed, kept;
     for (const In& in : this->inputs) borrowed.push_back(in.borrow);
-    auto plan = std::make_shared<const MemoryPlan>(plan_memory(program, inputs, shared, borrowed));
+    for (const Out& out : outputs) kept.push_back(keep_buffers && out.borrow);
+    auto plan = std::make_shared<const MemoryPlan>(plan_memory(program, inputs, shared, borrowed, kept));
     plans.emplace(std::move(signature), plan);
     return plan;
   }

@@ -50,7 +50,7 @@ struct Buffer {
 }  // namespace
 
 MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes, const std::vector<Shape>& shared_shapes,
-                       const std::vector<bool>& borrowed_inputs) {
+                       const std::vector<bool>& borrowed_inputs, const std::vector<bool>& kept_outputs) {
   MemoryPlan plan;
   plan.signature = input_shapes;
   plan.signature.insert(plan.signature.end(), shared_shapes.begin(), shared_shapes.end());
@@ -235,9 +235,11 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
     }
   }
   // Values the call hands back (outputs, update values), and what they view, outlive the call:
-  // they get buffers of their own, outside the arena.
-  for (int s : p.result_slots)
-    if (const int b = buffer_of[root[s]]; b >= 0) buffers[b].in_arena = false;
+  // they get buffers of their own, outside the arena, unless the output is kept (borrowed).
+  for (size_t r = 0; r < p.result_slots.size(); ++r) {
+    if (r < kept_outputs.size() && kept_outputs[r]) continue;
+    if (const int b = buffer_of[root[p.result_slots[r]]]; b >= 0) buffers[b].in_arena = false;
+  }
 
   // 3. Offsets: largest first, each at the lowest address free during its whole lifetime.
   std::vector<int> order;

@@ -27,8 +27,11 @@ struct MemoryPlan {
 // Function outputs and update values are never placed in the arena (they outlive the call).
 // Inputs marked borrowed (In(x, {.borrow = true})) join the temporaries: an op may overwrite one
 // in place when it dies there.
+// Outputs marked kept_outputs (Out(borrow) with keep_buffers) may stay in the arena: the next call
+// overwrites them, as borrowing allows.
 MemoryPlan plan_memory(const Program& program, const std::vector<Shape>& input_shapes,
-                       const std::vector<Shape>& shared_shapes, const std::vector<bool>& borrowed_inputs = {});
+                       const std::vector<Shape>& shared_shapes, const std::vector<bool>& borrowed_inputs = {},
+                       const std::vector<bool>& kept_outputs = {});
 
 // Runs a program from a plan: intermediates are views into one arena (allocated per call, or
 // kept between calls when `arena` is given), precomputed instructions are skipped.
