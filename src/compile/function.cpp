@@ -27,7 +27,7 @@ struct FunctionImpl {
   bool keep_buffers = false;
   std::unique_ptr<FunctionGraph> graph;
   Program program;
-  std::unique_ptr<Runtime> runtime;  // Mode::debug()'s unplanned, op-checked reference run
+  std::optional<OpChecks> op_checks;  // Mode::debug(): an unplanned, op-checked reference run first
   bool trust_input = false;
   mutable std::mutex last_shapes_mutex;
   mutable std::vector<Shape> last_shapes;
@@ -225,7 +225,7 @@ void check_rewrites(const FunctionImpl& f, const std::vector<Tensor>& call_slots
   for (size_t i = 0; i < check.input_slots.size(); ++i) slots[check.input_slots[i]] = call_slots[f.program.input_slots[i]];
   for (const auto& [s, container] : check.shared_slots) slots[s] = container->load();
   for (const auto& [s, value] : check.constant_slots) slots[s] = value;
-  make_collecting_runtime()->run(check, slots);
+  run_planned(check, unplanned(check), slots, nullptr);
   for (size_t k = 0; k < f.replacements.size(); ++k) {
     const auto& r = f.replacements[k];
     const Tensor& before = slots[check.result_slots[2 * k]];
@@ -272,7 +272,7 @@ Function function(std::vector<In> inputs, std::vector<Out> outputs, FunctionOpti
   f->report.nodes_after = static_cast<int64_t>(f->graph->toposort().size());
   f->graph->on_replace = nullptr;
   f->program = emit_program(f->graph->inputs(), f->graph->outputs());
-  if (checks && (checks->ops || checks->nan_guard)) f->runtime = make_checking_runtime(checks->nan_guard);
+  if (checks && (checks->ops || checks->nan_guard)) f->op_checks = OpChecks{checks->nan_guard};
   f->profiling = options.profile;
   f->times = InstructionTimes(f->program.code.size());
   if (!f->replacements.empty()) {
@@ -326,9 +326,9 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
   // input), whose results the planned run must reproduce: every in-place and sharing decision is
   // checked on this call's values.
   std::vector<Tensor> reference;
-  if (f.runtime) {
+  if (f.op_checks) {
     reference = slots;
-    f.runtime->run(p, reference);
+    run_planned(p, unplanned(p), reference, nullptr, nullptr, &*f.op_checks);
   }
   {  // the planned run; an arena that is not kept is released at the end of this block
     std::vector<Shape> input_shapes, shared_shapes;

@@ -1,8 +1,6 @@
 #include "compile/plan.hpp"
 
 #include <algorithm>
-#include <chrono>
-#include <cstring>
 #include <map>
 #include <unordered_set>
 
@@ -286,71 +284,14 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
   return plan;
 }
 
-void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& slots, std::shared_ptr<Storage> arena,
-                 InstructionTimes* times) {
-  if (!arena && plan.arena_bytes > 0) arena = Storage::allocate(static_cast<size_t>(plan.arena_bytes));
-#ifndef NDEBUG
-  // Debug builds poison the arena (all bits set: NaN, -1): a plan that lets a value be read after
-  // its region was reused, or before it was written, shows up as a wrong value.
-  if (arena) std::memset(arena->data(), 0xFF, arena->nbytes());
-#endif
-  for (size_t k = 0; k < p.code.size(); ++k)
-    if (plan.precomputed[k])
-      for (int s : p.code[k].outputs) slots[s] = plan.value[s];
-  std::vector<Tensor> inputs, outputs;
-  std::vector<Shape> shapes;
-  std::vector<const Tensor*> values;
-  for (size_t k = 0; k < p.code.size(); k = next_instruction(p, k, slots)) {
-    const Instruction& ins = p.code[k];
-    if (ins.kind != Instruction::Kind::run) continue;
-    if (!plan.precomputed[k]) {
-      const Op& op = *ins.node->op;
-      inputs.clear();
-      for (int s : ins.inputs) inputs.push_back(slots[s]);
-      try {
-        outputs.assign(ins.outputs.size(), Tensor());
-        for (size_t o = 0; o < outputs.size(); ++o) {
-          if (ins.output_is_view[o]) continue;
-          const int s = ins.outputs[o];
-          const DType dtype = ins.node->outputs[o]->type.dtype;
-          if (plan.offset[s] >= 0) {
-            const Shape& shape = *plan.shape[s];
-            outputs[o] = Tensor::view_of(arena, dtype, shape, contiguous_strides(shape),
-                                         plan.offset[s] / static_cast<int64_t>(dtype_size(dtype)));
-          } else if (const int gift = plan.reuse_input[s];
-                     gift >= 0 && slots[gift].is_contiguous() && slots[gift].dtype() == dtype) {
-            outputs[o] = slots[gift];  // the caller lent this buffer (In borrow) and it dies here
-          } else if (plan.shape[s]) {
-            outputs[o] = Tensor::empty(*plan.shape[s], dtype);
-          } else {  // shape known only now
-            shapes.clear();
-            values.clear();
-            for (const Tensor& t : inputs) {  // a value of a branch not taken arrives undefined
-              shapes.push_back(t.defined() ? t.shape() : Shape{});
-              values.push_back(t.defined() ? &t : nullptr);
-            }
-            outputs[o] = Tensor::empty(op.infer_shapes(shapes, values)[o], dtype);
-          }
-        }
-        if (times) {
-          const auto start = std::chrono::steady_clock::now();
-          op.perform(inputs, outputs);
-          times->seconds[k] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-          for (const Tensor& t : outputs) times->bytes[k] += static_cast<int64_t>(t.nbytes());
-          ++times->runs[k];
-        } else {
-          op.perform(inputs, outputs);
-        }
-      } catch (const Error& e) {
-        std::string described;
-        for (size_t i = 0; i < inputs.size(); ++i) described += (i ? ", " : "") + inputs[i].str();
-        e.rethrow_with(std::string(e.what()) + "\n  while running " + op.name() + " on " + described + ", built at " +
-                       ins.node->where());
-      }
-      for (size_t o = 0; o < outputs.size(); ++o) slots[ins.outputs[o]] = std::move(outputs[o]);
-    }
-    for (int s : ins.release_after) slots[s] = Tensor();
-  }
+MemoryPlan unplanned(const Program& p) {
+  MemoryPlan plan;
+  plan.shape.assign(p.n_slots, std::nullopt);
+  plan.value.assign(p.n_slots, Tensor());
+  plan.precomputed.assign(p.code.size(), false);
+  plan.offset.assign(p.n_slots, -1);
+  plan.reuse_input.assign(p.n_slots, -1);
+  return plan;
 }
 
 }  // namespace kiln

@@ -33,8 +33,10 @@ MemoryPlan plan_memory(const Program& program, const std::vector<Shape>& input_s
                        const std::vector<Shape>& shared_shapes, const std::vector<bool>& borrowed_inputs = {},
                        const std::vector<bool>& kept_outputs = {});
 
-// Runs a program from a plan: intermediates are views into one arena (allocated per call, or
-// kept between calls when `arena` is given), precomputed instructions are skipped.
+// The plan that decides nothing: every value allocated when it runs, nothing in place, nothing
+// shared. Mode::debug() checks real plans against it.
+MemoryPlan unplanned(const Program& program);
+
 // Time and bytes per instruction, accumulated when profiling.
 struct InstructionTimes {
   std::vector<double> seconds;
@@ -43,7 +45,16 @@ struct InstructionTimes {
   explicit InstructionTimes(size_t n = 0) : seconds(n, 0.0), bytes(n, 0), runs(n, 0) {}
 };
 
+// Mode::debug()'s checks around every kernel: no input modified, no undeclared alias, and
+// optionally no NaN or infinity produced.
+struct OpChecks {
+  bool nan_guard = false;
+};
+
+// Runs a program from a plan (src/compile/runtime.cpp): intermediates are views into one arena
+// (allocated per call, or kept between calls when `arena` is given), precomputed instructions are
+// skipped, jumps are followed.
 void run_planned(const Program& program, const MemoryPlan& plan, std::vector<Tensor>& slots,
-                 std::shared_ptr<Storage> arena, InstructionTimes* times = nullptr);
+                 std::shared_ptr<Storage> arena, InstructionTimes* times = nullptr, const OpChecks* checks = nullptr);
 
 }  // namespace kiln

@@ -36,19 +36,7 @@ struct Program {
 // the other branch is taken (nested ifelse: blocks within blocks).
 Program emit_program(const std::vector<Var>& inputs, const std::vector<Var>& results);
 
-// The part of a call that runs the instructions; the first one runs them in order and releases
-// each intermediate after its last reader.
-class Runtime {
- public:
-  virtual ~Runtime() = default;
-  virtual void run(const Program& program, std::vector<Tensor>& slots) const = 0;
-};
-
-std::unique_ptr<Runtime> make_collecting_runtime();
 // The next instruction after k: follows jumps (the condition is read from slots).
 size_t next_instruction(const Program& program, size_t k, const std::vector<Tensor>& slots);
-// The collecting runtime with Mode::debug()'s per-op checks (input modification, undeclared
-// aliases, and optionally NaN/Inf).
-std::unique_ptr<Runtime> make_checking_runtime(bool nan_guard);
 
 }  // namespace kiln

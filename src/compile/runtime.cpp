@@ -1,11 +1,13 @@
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "compile/plan.hpp"
 #include "compile/program.hpp"
-#include <functional>
-
 #include "graph/op.hpp"
 #include "ops/ifelse.hpp"
 
@@ -146,12 +148,6 @@ std::string describe_inputs(const std::vector<Tensor>& inputs) {
   return s;
 }
 
-// Debug checks around one kernel call.
-struct OpChecks {
-  bool enabled = false;
-  bool nan_guard = false;
-};
-
 bool has_nan_or_inf(const Tensor& t) {
   if (!is_float(t.dtype())) return false;
   for (double v : t.to_vector<double>())
@@ -180,47 +176,28 @@ void check_op(const Instruction& ins, const std::vector<Tensor>& inputs, const s
   }
 }
 
-class CollectingRuntime final : public Runtime {
- public:
-  explicit CollectingRuntime(OpChecks checks = {}) : checks_(checks) {}
-  void run(const Program& program, std::vector<Tensor>& slots) const override {
-    std::vector<Tensor> inputs, outputs;
-    std::vector<Shape> shapes;
-    std::vector<const Tensor*> values;
-    for (size_t k = 0; k < program.code.size(); k = next_instruction(program, k, slots)) {
-      const Instruction& ins = program.code[k];
-      if (ins.kind != Instruction::Kind::run) continue;
-      const Op& op = *ins.node->op;
-      inputs.clear();
-      shapes.clear();
-      values.clear();
-      for (int s : ins.inputs) inputs.push_back(slots[s]);
-      for (const Tensor& t : inputs) {  // a value of a branch not taken arrives undefined
-        shapes.push_back(t.defined() ? t.shape() : Shape{});
-        values.push_back(t.defined() ? &t : nullptr);
-      }
-      try {
-        std::vector<Shape> out_shapes = op.infer_shapes(shapes, values);
-        outputs.assign(ins.outputs.size(), Tensor());
-        for (size_t o = 0; o < outputs.size(); ++o)
-          if (!ins.output_is_view[o]) outputs[o] = Tensor::empty(out_shapes[o], ins.node->outputs[o]->type.dtype);
-        std::vector<Tensor> before;
-        if (checks_.enabled)
-          for (const Tensor& t : inputs) before.push_back(t.defined() ? t.clone() : Tensor());
-        op.perform(inputs, outputs);
-        if (checks_.enabled) check_op(ins, inputs, before, outputs, checks_.nan_guard);
-      } catch (const Error& e) {
-        e.rethrow_with(std::string(e.what()) + "\n  while running " + op.name() + " on " + describe_inputs(inputs) +
-                       ", built at " + ins.node->where());
-      }
-      for (size_t o = 0; o < outputs.size(); ++o) slots[ins.outputs[o]] = std::move(outputs[o]);
-      for (int s : ins.release_after) slots[s] = Tensor();
-    }
+// The buffer an output is written into: its place in the arena, the lent input it overwrites, or a
+// fresh allocation (of the planned shape, or of the shape known only now).
+Tensor output_buffer(const Instruction& ins, size_t o, const MemoryPlan& plan, const std::shared_ptr<Storage>& arena,
+                     const std::vector<Tensor>& slots, const std::vector<Tensor>& inputs) {
+  const int s = ins.outputs[o];
+  const DType dtype = ins.node->outputs[o]->type.dtype;
+  if (plan.offset[s] >= 0) {
+    const Shape& shape = *plan.shape[s];
+    return Tensor::view_of(arena, dtype, shape, contiguous_strides(shape),
+                           plan.offset[s] / static_cast<int64_t>(dtype_size(dtype)));
   }
-
- private:
-  OpChecks checks_;
-};
+  if (const int lent = plan.reuse_input[s]; lent >= 0 && slots[lent].is_contiguous() && slots[lent].dtype() == dtype)
+    return slots[lent];  // the caller lent this buffer (In borrow) and it dies here
+  if (plan.shape[s]) return Tensor::empty(*plan.shape[s], dtype);
+  std::vector<Shape> shapes;
+  std::vector<const Tensor*> values;
+  for (const Tensor& t : inputs) {  // a value of a branch not taken arrives undefined
+    shapes.push_back(t.defined() ? t.shape() : Shape{});
+    values.push_back(t.defined() ? &t : nullptr);
+  }
+  return Tensor::empty(ins.node->op->infer_shapes(shapes, values)[o], dtype);
+}
 
 }  // namespace
 
@@ -231,10 +208,49 @@ size_t next_instruction(const Program& program, size_t k, const std::vector<Tens
   return k + 1;
 }
 
-std::unique_ptr<Runtime> make_collecting_runtime() { return std::make_unique<CollectingRuntime>(); }
-
-std::unique_ptr<Runtime> make_checking_runtime(bool nan_guard) {
-  return std::make_unique<CollectingRuntime>(OpChecks{true, nan_guard});
+void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& slots, std::shared_ptr<Storage> arena,
+                 InstructionTimes* times, const OpChecks* checks) {
+  if (!arena && plan.arena_bytes > 0) arena = Storage::allocate(static_cast<size_t>(plan.arena_bytes));
+#ifndef NDEBUG
+  // Debug builds poison the arena (all bits set: NaN, -1): a plan that lets a value be read after
+  // its region was reused, or before it was written, shows up as a wrong value.
+  if (arena) std::memset(arena->data(), 0xFF, arena->nbytes());
+#endif
+  for (size_t k = 0; k < p.code.size(); ++k)
+    if (plan.precomputed[k])
+      for (int s : p.code[k].outputs) slots[s] = plan.value[s];
+  std::vector<Tensor> inputs, outputs, before;
+  for (size_t k = 0; k < p.code.size(); k = next_instruction(p, k, slots)) {
+    const Instruction& ins = p.code[k];
+    if (ins.kind != Instruction::Kind::run) continue;
+    if (!plan.precomputed[k]) {
+      const Op& op = *ins.node->op;
+      inputs.clear();
+      for (int s : ins.inputs) inputs.push_back(slots[s]);
+      try {
+        outputs.assign(ins.outputs.size(), Tensor());
+        for (size_t o = 0; o < outputs.size(); ++o)
+          if (!ins.output_is_view[o]) outputs[o] = output_buffer(ins, o, plan, arena, slots, inputs);
+        if (checks) {
+          before.clear();
+          for (const Tensor& t : inputs) before.push_back(t.defined() ? t.clone() : Tensor());
+        }
+        const auto start = times ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+        op.perform(inputs, outputs);
+        if (times) {
+          times->seconds[k] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          for (const Tensor& t : outputs) times->bytes[k] += static_cast<int64_t>(t.nbytes());
+          ++times->runs[k];
+        }
+        if (checks) check_op(ins, inputs, before, outputs, checks->nan_guard);
+      } catch (const Error& e) {
+        e.rethrow_with(std::string(e.what()) + "\n  while running " + op.name() + " on " + describe_inputs(inputs) +
+                       ", built at " + ins.node->where());
+      }
+      for (size_t o = 0; o < outputs.size(); ++o) slots[ins.outputs[o]] = std::move(outputs[o]);
+    }
+    for (int s : ins.release_after) slots[s] = Tensor();
+  }
 }
 
 }  // namespace kiln
