@@ -2,6 +2,8 @@
 // the lower bound of the schedule (the most bytes live at one time, in place and views applied).
 #include <kiln/kiln.hpp>
 
+#include "kiln_mlp.hpp"
+
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -20,21 +22,8 @@ void report(const std::string& name, const Function& f, const std::vector<Shape>
 }
 
 Function mlp_step(const std::vector<int64_t>& layers) {
-  Var x = matrix("x"), y = vector("y", i64);
-  std::vector<Shared> params;
-  Var h = x;
-  for (size_t l = 0; l + 1 < layers.size(); ++l) {
-    Shared W = shared(Tensor::full({layers[l], layers[l + 1]}, 0.01), "W"), b = shared(Tensor::zeros({layers[l + 1]}), "b");
-    params.push_back(W);
-    params.push_back(b);
-    Var a = dot(h, W) + b;
-    h = l + 2 < layers.size() ? tanh(a) : a;
-  }
-  Var loss = mean(categorical_crossentropy(softmax(h), y));
-  std::vector<Var> grads = grad(loss, std::vector<Var>(params.begin(), params.end()));
-  Updates updates;
-  for (size_t i = 0; i < params.size(); ++i) updates.push_back({params[i], params[i] - 0.01 * grads[i]});
-  return function({x, y}, {loss}, {.updates = updates});
+  const bench::KilnMlpStep step = bench::kiln_mlp_step(layers);
+  return function({step.x, step.y}, {step.loss}, {.updates = step.updates});
 }
 
 }  // namespace

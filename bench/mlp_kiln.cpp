@@ -2,29 +2,15 @@
 
 #include <cstdlib>
 
-#include "mlp_common.hpp"
+#include "kiln_mlp.hpp"
 
 using namespace kiln;
 
 namespace {
 
 double train_throughput(const std::vector<int64_t>& layers, int64_t batch, const Tensor& data, const Tensor& labels) {
-  Var x = matrix("x"), y = vector("y", i64);
-  std::vector<Shared> params;
-  Var h = x;
-  for (size_t l = 0; l + 1 < layers.size(); ++l) {
-    Shared W = shared(Tensor::from(bench::random_weights(layers[l], layers[l + 1], 10 + l), {layers[l], layers[l + 1]}));
-    Shared b = shared(Tensor::zeros({layers[l + 1]}));
-    params.push_back(W);
-    params.push_back(b);
-    Var a = dot(h, W) + b;
-    h = l + 2 < layers.size() ? tanh(a) : a;
-  }
-  Var cost = mean(categorical_crossentropy(softmax(h), y));
-  std::vector<Var> grads = grad(cost, std::vector<Var>(params.begin(), params.end()));
-  Updates updates;
-  for (size_t i = 0; i < params.size(); ++i) updates.push_back({params[i], params[i] - bench::kLearningRate * grads[i]});
-  Function train = function({x, y}, {}, {.updates = updates});
+  const bench::KilnMlpStep step = bench::kiln_mlp_step(layers);
+  Function train = function({step.x, step.y}, {}, {.updates = step.updates});
   return bench::throughput(batch, 0.5, [&](int64_t first) {
     train(data.view({batch, bench::kInputs}, {bench::kInputs, 1}, first * bench::kInputs),
           labels.view({batch}, {1}, first));
