@@ -30,7 +30,6 @@ class Composite final : public Op {
  public:
   Composite(int n_inputs, std::vector<ScalarInstruction> program, Type result, std::optional<FusedReduction> reduction)
       : n_inputs_(n_inputs), program_(std::move(program)), result_(std::move(result)), reduction_(std::move(reduction)) {}
-  int n_inputs() const { return n_inputs_; }
   const std::vector<ScalarInstruction>& program() const { return program_; }
   const std::optional<FusedReduction>& reduction() const { return reduction_; }
   std::string name() const override;

@@ -8,7 +8,6 @@ namespace kiln {
 class Join final : public Op {
  public:
   explicit Join(int64_t axis) : axis_(axis) {}
-  int64_t axis() const { return axis_; }
   std::string name() const override { return "join{axis=" + std::to_string(axis_) + "}"; }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
