@@ -15,14 +15,15 @@ Mode unplanned(std::vector<std::string> groups = {}) {
 }
 
 // A random graph over two m x n matrices: elementwise ops, matrix products, views (transposes,
-// reshapes, slices), values read by several later ops, several outputs.
+// reshapes, slices), values read by several later ops (also directly and through a view by one
+// op), several outputs.
 std::vector<Var> random_graph(std::mt19937& rng, const Var& a, const Var& b, int64_t m, int64_t n) {
   std::vector<Var> pool{a, b};
   auto pick = [&]() { return pool[rng() % pool.size()]; };
   const int steps = 8 + static_cast<int>(rng() % 12);
   for (int i = 0; i < steps; ++i) {
     Var x = pick(), y = pick(), z;
-    switch (rng() % 9) {
+    switch (rng() % 10) {
       case 0: z = x + y; break;
       case 1: z = x * y; break;
       case 2: z = x - y * 0.5; break;
@@ -32,6 +33,11 @@ std::vector<Var> random_graph(std::mt19937& rng, const Var& a, const Var& b, int
       case 6: z = reshape(reshape(x, {m * n}) * 2.0, {m, n}); break;
       case 7: z = dot(dot(x, transpose(y)), x) * 0.1; break;          // m x m, then back to m x n
       case 8: z = concatenate({slice(x, 0, 0, 1), slice(y, 0, 1, m)}); break;  // row views, a copy
+      case 9: {  // one buffer read directly and through a view by the same op
+        Var s = tanh(dot(x, transpose(y)));
+        z = dot(s + transpose(s), x) * 0.1;
+        break;
+      }
     }
     pool.push_back(z);
   }

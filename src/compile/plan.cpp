@@ -168,9 +168,12 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
       const int64_t bytes = aligned_bytes(*plan.shape[s], dtype);
       // An input read again at another position must be read there before it is written too:
       // allowed only where the op declares that position overwritable as well (add(a, b, a) may
-      // not overwrite a: the third operand is read after the first pass wrote it).
+      // not overwrite a: the third operand is read after the first pass wrote it). Read through
+      // a view at another position (a + transpose(a)), it never is: the view's elements are
+      // visited in another order.
       auto rereads_safely = [&](int src) {
         for (size_t j = 0; j < ins.inputs.size(); ++j) {
+          if (ins.inputs[j] != src && root[ins.inputs[j]] == root[src]) return false;
           if (ins.inputs[j] != src) continue;
           bool declared = false;
           for (auto [out, in] : inplace) declared = declared || (out == static_cast<int>(o) && in == static_cast<int>(j));
