@@ -136,6 +136,10 @@ class Tensor {
   Tensor alias() const;
   void dispose();
   bool is_disposed() const { return impl_ && impl_->disposed; }
+  // No other handle (copy or alias) and no view refers to this tensor's storage.
+  bool is_sole_reference() const {
+    return impl_ && impl_.use_count() == 1 && impl_->storage && impl_->storage.use_count() == 1;
+  }
 
  private:
   struct Impl {

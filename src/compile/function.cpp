@@ -1,11 +1,12 @@
 #include <algorithm>
-#include <map>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
-#include <optional>
 #include <iostream>
+#include <map>
 #include <mutex>
+#include <numeric>
+#include <optional>
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
@@ -40,9 +41,14 @@ struct FunctionImpl {
   };
   std::vector<Replacement> replacements;
   Program check_program;
-  // Plans per signature (input and shared-variable shapes), and arenas kept between calls.
+  // Per shared slot of the program: the index of the variable's update, or -1. A call holds the
+  // updated variables (SharedContainer::Hold) and may compute their new values in their buffers.
+  std::vector<int> update_of_shared;
+  std::vector<int> shared_of_update;  // per update: its variable's shared slot index, or -1
+  // Plans per signature (input and shared-variable shapes) and per set of shared variables the
+  // call may overwrite, and arenas kept between calls.
   mutable std::mutex plan_mutex;
-  mutable std::map<std::vector<Shape>, std::shared_ptr<const MemoryPlan>> plans;
+  mutable std::map<std::pair<std::vector<Shape>, std::vector<bool>>, std::shared_ptr<const MemoryPlan>> plans;
   mutable std::vector<std::shared_ptr<Storage>> kept_arenas;
   // FunctionOptions::profile: per instruction, over all calls.
   bool profiling = false;
@@ -50,18 +56,28 @@ struct FunctionImpl {
   mutable InstructionTimes times;
   mutable int64_t profiled_calls = 0;
 
-  std::shared_ptr<const MemoryPlan> plan_for(const std::vector<Shape>& inputs, const std::vector<Shape>& shared) const {
-    std::vector<Shape> signature = inputs;
-    signature.insert(signature.end(), shared.begin(), shared.end());
+  std::shared_ptr<const MemoryPlan> plan_for(const std::vector<Shape>& inputs, const std::vector<Shape>& shared,
+                                             const std::vector<bool>& overwritable) const {
+    std::pair<std::vector<Shape>, std::vector<bool>> key{inputs, overwritable};
+    key.first.insert(key.first.end(), shared.begin(), shared.end());
     std::lock_guard lock(plan_mutex);
-    auto it = plans.find(signature);
+    auto it = plans.find(key);
     if (it != plans.end()) return it->second;
-    std::vector<bool> borrowed, kept;
-    for (const In& in : this->inputs) borrowed.push_back(in.borrow);
-    for (const Out& out : outputs) kept.push_back(keep_buffers && out.borrow);
-    auto plan = std::make_shared<const MemoryPlan>(plan_memory(program, inputs, shared, borrowed, kept));
-    plans.emplace(std::move(signature), plan);
+    PlanOptions options;
+    for (const In& in : this->inputs) options.borrowed_inputs.push_back(in.borrow);
+    for (const Out& out : outputs) options.kept_outputs.push_back(keep_buffers && out.borrow);
+    for (size_t i = 0; i < overwritable.size(); ++i)
+      options.overwritable_shared.push_back(
+          overwritable[i] ? program.result_slots[outputs.size() + static_cast<size_t>(update_of_shared[i])] : -1);
+    auto plan = std::make_shared<const MemoryPlan>(plan_memory(program, inputs, shared, options));
+    plans.emplace(std::move(key), plan);
     return plan;
+  }
+  // The shared variables a call may overwrite when nobody else refers to their buffers.
+  std::vector<bool> updated_shared() const {
+    std::vector<bool> updated;
+    for (int u : update_of_shared) updated.push_back(u >= 0);
+    return updated;
   }
   std::shared_ptr<Storage> take_arena(int64_t bytes) const {
     std::lock_guard lock(plan_mutex);
@@ -223,7 +239,9 @@ void check_rewrites(const FunctionImpl& f, const std::vector<Tensor>& call_slots
   const Program& check = f.check_program;
   std::vector<Tensor> slots(check.n_slots);
   for (size_t i = 0; i < check.input_slots.size(); ++i) slots[check.input_slots[i]] = call_slots[f.program.input_slots[i]];
-  for (const auto& [s, container] : check.shared_slots) slots[s] = container->load();
+  for (const auto& [s, container] : check.shared_slots)  // as loaded (or held) by the call
+    for (const auto& [call_slot, call_container] : f.program.shared_slots)
+      if (call_container == container) slots[s] = call_slots[call_slot];
   for (const auto& [s, value] : check.constant_slots) slots[s] = value;
   run_planned(check, unplanned(check), slots, nullptr);
   for (size_t k = 0; k < f.replacements.size(); ++k) {
@@ -272,6 +290,15 @@ Function function(std::vector<In> inputs, std::vector<Out> outputs, FunctionOpti
   f->report.nodes_after = static_cast<int64_t>(f->graph->toposort().size());
   f->graph->on_replace = nullptr;
   f->program = emit_program(f->graph->inputs(), f->graph->outputs());
+  f->shared_of_update.assign(f->updates.size(), -1);
+  for (size_t i = 0; i < f->program.shared_slots.size(); ++i) {
+    f->update_of_shared.push_back(-1);
+    for (size_t k = 0; k < f->updates.size(); ++k)
+      if (f->updates[k].first.get()->shared.get() == f->program.shared_slots[i].second) {
+        f->update_of_shared[i] = static_cast<int>(k);
+        f->shared_of_update[k] = static_cast<int>(i);
+      }
+  }
   if (checks && (checks->ops || checks->nan_guard)) f->op_checks = OpChecks{checks->nan_guard};
   f->profiling = options.profile;
   f->times = InstructionTimes(f->program.code.size());
@@ -306,8 +333,28 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
   }
   std::vector<Tensor> slots(p.n_slots);
   for (size_t i = 0; i < args.size(); ++i) slots[p.input_slots[i]] = f.trust_input ? args[i] : check_input(f, i, args[i]);
-  std::vector<Tensor> old_shared;
-  for (const auto& [s, container] : p.shared_slots) old_shared.push_back(slots[s] = container->load());
+  // Shared variables: those the call updates are held for its whole run (their buffers may be
+  // overwritten in place when nobody else refers to them), the others loaded; all in one global
+  // order, the containers' addresses, so that calls holding several never deadlock.
+  const size_t n_shared = p.shared_slots.size();
+  std::vector<size_t> shared_order(n_shared);
+  std::iota(shared_order.begin(), shared_order.end(), size_t{0});
+  std::sort(shared_order.begin(), shared_order.end(),
+            [&](size_t a, size_t b) { return std::less<>()(p.shared_slots[a].second, p.shared_slots[b].second); });
+  std::vector<std::optional<SharedContainer::Hold>> holds(n_shared);
+  std::vector<Tensor> old_shared(n_shared);
+  std::vector<bool> overwritable(n_shared, false);
+  for (size_t i : shared_order) {
+    SharedContainer& container = *p.shared_slots[i].second;
+    if (f.update_of_shared[i] >= 0) {
+      holds[i].emplace(container);
+      overwritable[i] = holds[i]->sole_owner();  // before this call takes its own handles
+      old_shared[i] = holds[i]->value();
+    } else {
+      old_shared[i] = container.load();
+    }
+    slots[p.shared_slots[i].first] = old_shared[i];
+  }
   for (const auto& [s, value] : p.constant_slots) slots[s] = value;
   {
     std::lock_guard lock(f.last_shapes_mutex);
@@ -334,7 +381,7 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
     std::vector<Shape> input_shapes, shared_shapes;
     for (int s : p.input_slots) input_shapes.push_back(slots[s].shape());
     for (const Tensor& t : old_shared) shared_shapes.push_back(t.shape());
-    auto plan = f.plan_for(input_shapes, shared_shapes);
+    auto plan = f.plan_for(input_shapes, shared_shapes, overwritable);
     std::shared_ptr<Storage> arena = f.keep_buffers ? f.take_arena(plan->arena_bytes) : nullptr;
     if (f.profiling) {
       InstructionTimes call(p.code.size());
@@ -371,7 +418,11 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
     new_values.push_back(aliased ? t.clone() : t);
     assigned.add(new_values.back());
   }
-  for (size_t k = 0; k < f.updates.size(); ++k) f.updates[k].first.get()->shared->store(new_values[k]);
+  for (size_t k = 0; k < f.updates.size(); ++k) {
+    const int i = f.shared_of_update[k];
+    if (i >= 0) holds[static_cast<size_t>(i)]->store(new_values[k]);
+    else f.updates[k].first.get()->shared->store(new_values[k]);
+  }
 
   std::vector<Tensor> results;
   MemoryIndex returned;
@@ -426,7 +477,7 @@ MemoryReport Function::memory_report(const std::vector<Shape>& input_shapes) con
     shared_shapes.push_back(value.shape());
     persistent += static_cast<int64_t>(value.nbytes());
   }
-  MemoryReport r = f.plan_for(input_shapes, shared_shapes)->report;
+  MemoryReport r = f.plan_for(input_shapes, shared_shapes, f.updated_shared())->report;
   r.persistent_bytes = persistent;
   return r;
 }

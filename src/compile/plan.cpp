@@ -42,13 +42,14 @@ struct Buffer {
   int first = 0, last = 0;  // instructions between which it must stay
   int64_t offset = -1;
   bool in_arena = true;
-  bool lent = false;  // the caller's buffer of an In(borrow) input: takes no bytes of ours
+  bool lent = false;  // the caller's buffer of an In(borrow) input or an overwritable shared variable
+  int shared_slot = -1;  // lent by this shared variable
 };
 
 }  // namespace
 
 MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes, const std::vector<Shape>& shared_shapes,
-                       const std::vector<bool>& borrowed_inputs, const std::vector<bool>& kept_outputs) {
+                       const PlanOptions& options) {
   MemoryPlan plan;
   plan.signature = input_shapes;
   plan.signature.insert(plan.signature.end(), shared_shapes.begin(), shared_shapes.end());
@@ -122,7 +123,26 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
   std::vector<bool> external(n_slots, false);  // inputs, shared variables, constants, precomputed values
   for (int s : p.input_slots) external[s] = true;
   std::vector<bool> borrowed(n_slots, false), borrowed_taken(n_slots, false);
-  for (size_t i = 0; i < borrowed_inputs.size() && i < p.input_slots.size(); ++i) borrowed[p.input_slots[i]] = borrowed_inputs[i];
+  for (size_t i = 0; i < options.borrowed_inputs.size() && i < p.input_slots.size(); ++i)
+    borrowed[p.input_slots[i]] = options.borrowed_inputs[i];
+  // An overwritable shared variable lends its buffer like a borrowed input, to its own new value
+  // or to temporaries, never to another value the call hands back.
+  std::vector<int> update_into(n_slots, -1);
+  for (size_t i = 0; i < options.overwritable_shared.size() && i < p.shared_slots.size(); ++i)
+    if (const int u = options.overwritable_shared[i]; u >= 0) {
+      borrowed[p.shared_slots[i].first] = true;
+      update_into[p.shared_slots[i].first] = u;
+    }
+  // A call that fails leaves shared variables as they were: none is written before the last op
+  // that may fail on values, or whose output's shape is known only when it runs.
+  int last_fallible = -1;
+  for (size_t k = 0; k < p.code.size(); ++k) {
+    const Instruction& ins = p.code[k];
+    if (plan.precomputed[k] || ins.kind != Instruction::Kind::run) continue;
+    bool fallible = ins.node->op->may_fail_on_values();
+    for (size_t o = 0; o < ins.outputs.size(); ++o) fallible = fallible || (!ins.output_is_view[o] && !plan.shape[ins.outputs[o]]);
+    if (fallible) last_fallible = static_cast<int>(k);
+  }
   for (const auto& sh : p.shared_slots) external[sh.first] = true;
   for (const auto& c : p.constant_slots) external[c.first] = true;
   std::vector<int> last_use(n_slots, -1);
@@ -191,6 +211,7 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
         const int b = buffer_of[src];
         if (b < 0 || root[src] != src || external[src] || results.count(src) || !(buffers[b].in_arena || buffers[b].lent))
           continue;
+        if (const int w = buffers[b].shared_slot; w >= 0 && results.count(s) && s != update_into[w]) continue;
         if (buffers[b].last != static_cast<int>(k) || effective_last[src] != static_cast<int>(k) ||
             plan.shape[src] != plan.shape[s])
           continue;
@@ -206,7 +227,7 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
             if (out == static_cast<int>(o) && buffer_of[ins.inputs[in]] == reuse) plan.reuse_input[s] = ins.inputs[in];
         continue;
       }
-      // A borrowed input that dies here is the caller's gift of workspace: overwrite it.
+      // A borrowed input or an overwritable shared variable that dies here is workspace: overwrite it.
       bool gifted = false;
       for (auto [out, in] : inplace) {
         const int src = ins.inputs[in];
@@ -215,10 +236,12 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
         if (effective_last[src] != static_cast<int>(k) || plan.shape[src] != plan.shape[s] ||
             p.slot_vars[src]->type.dtype != dtype)
           continue;
+        const bool shared = update_into[src] >= 0;
+        if (shared && (static_cast<int>(k) <= last_fallible || (results.count(s) && s != update_into[src]))) continue;
         plan.reuse_input[s] = src;
         borrowed_taken[src] = gifted = true;
         buffer_of[s] = static_cast<int>(buffers.size());
-        buffers.push_back({0, static_cast<int>(k), static_cast<int>(k), -1, false, true});
+        buffers.push_back({0, static_cast<int>(k), static_cast<int>(k), -1, false, true, shared ? src : -1});
         break;
       }
       if (gifted) continue;
@@ -238,7 +261,7 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
   // Values the call hands back (outputs, update values), and what they view, outlive the call:
   // they get buffers of their own, outside the arena, unless the output is kept (borrowed).
   for (size_t r = 0; r < p.result_slots.size(); ++r) {
-    if (r < kept_outputs.size() && kept_outputs[r]) continue;
+    if (r < options.kept_outputs.size() && options.kept_outputs[r]) continue;
     if (const int b = buffer_of[root[p.result_slots[r]]]; b >= 0) buffers[b].in_arena = false;
   }
 

@@ -21,17 +21,28 @@ struct MemoryPlan {
   MemoryReport report;
 };
 
+// What the caller lets the planner overwrite or keep, beyond its own temporaries.
+struct PlanOptions {
+  // Per input: In(x, {.borrow = true}), the caller's buffer is workspace (an op may overwrite it
+  // in place where it dies).
+  std::vector<bool> borrowed_inputs;
+  // Per output: Out(borrow) with keep_buffers, it may stay in the arena (the next call overwrites
+  // it, as borrowing allows).
+  std::vector<bool> kept_outputs;
+  // Per shared slot (Program::shared_slots): the result slot of the variable's update when this
+  // call may overwrite the variable's buffer (it holds the variable and nobody else refers to the
+  // buffer), else -1.
+  std::vector<int> overwritable_shared;
+};
+
 // Plans a program: shapes first (running the shape arithmetic), liveness (views extend what they
 // view), in-place where an op declares it and the input is dead afterwards and not protected,
 // sharing of buffers whose lifetimes do not overlap (best fit), all as offsets in one arena.
 // Function outputs and update values are never placed in the arena (they outlive the call).
-// Inputs marked borrowed (In(x, {.borrow = true})) join the temporaries: an op may overwrite one
-// in place when it dies there.
-// Outputs marked kept_outputs (Out(borrow) with keep_buffers) may stay in the arena: the next call
-// overwrites them, as borrowing allows.
+// An overwritable shared variable's buffer becomes workspace where its old value dies, after the
+// last op that may fail on values: its new value is computed into it in place when it can be.
 MemoryPlan plan_memory(const Program& program, const std::vector<Shape>& input_shapes,
-                       const std::vector<Shape>& shared_shapes, const std::vector<bool>& borrowed_inputs = {},
-                       const std::vector<bool>& kept_outputs = {});
+                       const std::vector<Shape>& shared_shapes, const PlanOptions& options = {});
 
 // The plan that decides nothing: every value allocated when it runs, nothing in place, nothing
 // shared. Mode::debug() checks real plans against it.

@@ -2,6 +2,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <optional>
 #include <source_location>
 #include <string>
@@ -18,16 +19,33 @@ class Op;
 class SharedContainer {
  public:
   Tensor load() const {
-    std::lock_guard lock(mutex_);
+    std::shared_lock lock(mutex_);
     return value_;
   }
   void store(Tensor value) {
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
     value_ = std::move(value);
   }
 
+  // Exclusive access for the whole of a call that may overwrite the buffer in place: nobody can
+  // load the value meanwhile, so nobody can read it while it changes. Calls take their holds in
+  // one global order (by address), which rules out deadlock.
+  class Hold {
+   public:
+    explicit Hold(SharedContainer& c) : container_(&c), lock_(c.mutex_) {}
+    const Tensor& value() const { return container_->value_; }
+    // No handle but the variable's own refers to its buffer (no call reading it, no borrowed
+    // get_value, no other view): overwriting it in place is invisible to everyone.
+    bool sole_owner() const { return value().is_sole_reference(); }
+    void store(Tensor value) { container_->value_ = std::move(value); }
+
+   private:
+    SharedContainer* container_;
+    std::unique_lock<std::shared_mutex> lock_;
+  };
+
  private:
-  mutable std::mutex mutex_;
+  mutable std::shared_mutex mutex_;
   Tensor value_;
 };
 

@@ -36,6 +36,11 @@ class Op {
   // {output, input}: that output may be written into that input's buffer; the planner decides.
   virtual std::vector<std::pair<int, int>> inplace_options() const { return {}; }
 
+  // Whether perform may reject its inputs' values and not only their shapes (an index or a label
+  // out of range), which planning cannot rule out. The planner writes a shared variable in place
+  // only after the last such op, so a call that fails leaves every shared variable as it was.
+  virtual bool may_fail_on_values() const { return true; }
+
   virtual bool equals(const Op& other) const { return typeid(*this) == typeid(other) && name() == other.name(); }
   virtual size_t hash() const { return std::hash<std::string>()(name()); }
 };

@@ -16,6 +16,7 @@ class Dot final : public Op {
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+  bool may_fail_on_values() const override { return false; }
 };
 
 // beta * c + alpha * dot(a, b) in one call of the matrix product (c broadcast to the product's
@@ -28,6 +29,7 @@ class Gemm final : public Op {
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
   std::vector<std::pair<int, int>> inplace_options() const override { return {{0, 0}}; }
+  bool may_fail_on_values() const override { return false; }
 };
 
 // NumPy matmul of two inputs of equal ndim >= 3: a batch of matrix products, batch axes broadcast.
@@ -38,6 +40,7 @@ class BatchedMatmul final : public Op {
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+  bool may_fail_on_values() const override { return false; }
 };
 
 }  // namespace kiln

@@ -352,6 +352,20 @@ void Composite::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out)
   });
 }
 
+std::vector<std::pair<int, int>> Composite::inplace_options() const {
+  // The last instruction writes the result's block directly; an n-ary one (a * b * c) writes its
+  // first pair before it reads the third operand onwards, which therefore may not be overwritten.
+  const ScalarInstruction& last = program_.back();
+  std::vector<bool> read_late(static_cast<size_t>(n_inputs_), false);
+  if (last.op != ScalarOp::where)
+    for (size_t a = 2; a < last.args.size(); ++a)
+      if (last.args[a] < n_inputs_) read_late[static_cast<size_t>(last.args[a])] = true;
+  std::vector<std::pair<int, int>> options;
+  for (int i = 0; i < n_inputs_; ++i)
+    if (!read_late[static_cast<size_t>(i)]) options.push_back({0, i});
+  return options;
+}
+
 std::vector<Var> Composite::L_op(const Node& node, const std::vector<Var>&) const {
   throw GradError(name() + " is a fused op made while compiling (built at " + node.where() +
                   "); differentiate the graph before compiling it");

@@ -37,9 +37,14 @@ class Composite final : public Op {
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>&) const override;
+  // The result may overwrite an input of its shape and dtype: a block of the inputs is read before
+  // that block of the result is written (except an n-ary last instruction's later operands), and
+  // a reduction writes only at the end.
+  std::vector<std::pair<int, int>> inplace_options() const override;
 
   // Whether a reduction over these axes of an ndim-dimensional value can be fused.
   static bool fusable_axes(const std::vector<int64_t>& axes, int64_t ndim);
+  bool may_fail_on_values() const override { return false; }
 
  private:
   Shape elementwise_shape(const std::vector<Shape>& inputs) const;

@@ -22,6 +22,7 @@ class Elemwise final : public Op {
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
   std::vector<std::pair<int, int>> inplace_options() const override;
+  bool may_fail_on_values() const override { return false; }
 
  private:
   ScalarOp op_;

@@ -16,6 +16,7 @@ class IfElse final : public Op {
   std::vector<int> needs_input_values() const override { return {0}; }
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+  bool may_fail_on_values() const override { return false; }
 
  private:
   int n_;

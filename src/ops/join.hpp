@@ -13,6 +13,7 @@ class Join final : public Op {
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+  bool may_fail_on_values() const override { return false; }
 
  private:
   int64_t axis_;
@@ -28,6 +29,7 @@ class JoinSplit final : public Op {
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
   std::vector<std::pair<int, int>> view_map() const override;
+  bool may_fail_on_values() const override { return false; }
 
  private:
   int64_t axis_;

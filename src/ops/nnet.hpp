@@ -19,6 +19,7 @@ class Softmax final : public Op {
   std::vector<std::pair<int, int>> inplace_options() const override {
     return log_ ? std::vector<std::pair<int, int>>{} : std::vector<std::pair<int, int>>{{0, 0}};
   }
+  bool may_fail_on_values() const override { return false; }
 
  private:
   int64_t axis_;
@@ -36,6 +37,7 @@ class SoftmaxGrad final : public Op {
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+  bool may_fail_on_values() const override { return false; }
 
  private:
   int64_t axis_;
@@ -90,6 +92,9 @@ class CrossEntropySoftmaxGrad final : public Op {
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+  // The result may overwrite the logits: a row is read whole (its log-sum-exp) before it is
+  // written, each element from the same element.
+  std::vector<std::pair<int, int>> inplace_options() const override { return {{0, 1}}; }
 };
 
 }  // namespace kiln

@@ -16,6 +16,7 @@ class Reduce final : public Op {
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+  bool may_fail_on_values() const override { return false; }
 
  private:
   ReduceKind kind_;
@@ -32,6 +33,7 @@ class LogSumExp final : public Op {
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+  bool may_fail_on_values() const override { return false; }
 
  private:
   Reduce reduce_;
@@ -56,6 +58,7 @@ class SumToShape final : public Op {
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
   std::vector<std::pair<int, int>> view_map() const override { return {{0, 0}}; }
+  bool may_fail_on_values() const override { return false; }
 
  private:
   std::vector<bool> broadcastable_;

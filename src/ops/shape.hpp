@@ -14,6 +14,7 @@ class DimShuffle final : public Op {
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
   std::vector<std::pair<int, int>> view_map() const override { return {{0, 0}}; }
+  bool may_fail_on_values() const override { return false; }
 
  private:
   std::vector<int64_t> pattern_;
@@ -32,6 +33,7 @@ class Reshape final : public Op {
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
   std::vector<std::pair<int, int>> view_map() const override { return {{0, 0}}; }
+  bool may_fail_on_values() const override { return false; }
 
  private:
   Shape target_;
@@ -46,6 +48,7 @@ class ShapeOf final : public Op {
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
   void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node&, const std::vector<Var>&) const override { return {Var()}; }
+  bool may_fail_on_values() const override { return false; }
 };
 
 // The shape of output `index` of `op`, computed by the op's shape inference alone: the op's kernel
@@ -65,6 +68,7 @@ class InferredShape final : public Op {
   std::vector<Var> L_op(const Node& node, const std::vector<Var>&) const override {
     return std::vector<Var>(node.inputs.size());
   }
+  bool may_fail_on_values() const override { return false; }
 
  private:
   std::shared_ptr<const Op> op_;
