@@ -3,32 +3,14 @@
 
 #include <cstdlib>
 
-#include "mlp_common.hpp"
+#include "torch_mlp.hpp"
 
 namespace {
 
 double train_throughput(const std::vector<int64_t>& layers, int64_t batch, const torch::Tensor& data,
                         const torch::Tensor& labels) {
-  std::vector<torch::Tensor> params;
-  for (size_t l = 0; l + 1 < layers.size(); ++l) {
-    auto w = bench::random_weights(layers[l], layers[l + 1], 10 + l);
-    params.push_back(torch::from_blob(w.data(), {layers[l], layers[l + 1]}, torch::kFloat32).clone().requires_grad_(true));
-    params.push_back(torch::zeros({layers[l + 1]}, torch::kFloat32).requires_grad_(true));
-  }
-  torch::optim::SGD sgd(params, torch::optim::SGDOptions(bench::kLearningRate));
-  return bench::throughput(batch, 0.5, [&](int64_t first) {
-    auto x = data.narrow(0, first, batch);
-    auto y = labels.narrow(0, first, batch);
-    torch::Tensor h = x;
-    for (size_t l = 0; 2 * l < params.size(); ++l) {
-      h = torch::addmm(params[2 * l + 1], h, params[2 * l]);
-      if (2 * l + 2 < params.size()) h = torch::tanh(h);
-    }
-    auto loss = torch::nll_loss(torch::log_softmax(h, 1), y);
-    sgd.zero_grad();
-    loss.backward();
-    sgd.step();
-  });
+  bench::TorchMlpStep step(layers);
+  return bench::throughput(batch, 0.5, [&](int64_t first) { step(data.narrow(0, first, batch), labels.narrow(0, first, batch)); });
 }
 
 }  // namespace
