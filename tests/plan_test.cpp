@@ -117,6 +117,16 @@ TEST(Planner, DataDependentShapesAreAllocatedWhenTheyRunAndReported) {
   EXPECT_FALSE(r.unplanned.empty());
 }
 
+TEST(Planner, ValuesComputedWhilePlanningAreHandedOutAsCopies) {
+  // shape_of(x) is computed once per signature and serves every call: the caller gets a copy it
+  // may overwrite without changing what later calls return.
+  Var x = matrix("x", f64);
+  Function f = function({x}, {shape_of(x)});
+  Tensor first = f(Tensor::zeros({2, 3}, f64))[0];
+  first.data<int64_t>()[0] = 99;
+  expect_values(f(Tensor::zeros({2, 3}, f64))[0], {2, 3});
+}
+
 TEST(Planner, KeepBuffersAllocatesOnlyWhatLeavesTheCall) {
   Var x = matrix("x", f32);
   Shared w = shared(Tensor::full({64, 64}, 0.01), "w");

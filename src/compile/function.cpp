@@ -30,9 +30,6 @@ struct FunctionImpl {
   Program program;
   std::optional<OpChecks> op_checks;  // Mode::debug(): an unplanned, op-checked reference run first
   bool trust_input = false;
-  mutable std::mutex last_shapes_mutex;
-  mutable std::vector<Shape> last_shapes;
-  mutable bool called = false;
   CompileReport report;
   // Mode::debug(): every replacement made while compiling, and a program computing both sides.
   struct Replacement {
@@ -45,11 +42,15 @@ struct FunctionImpl {
   // updated variables (SharedContainer::Hold) and may compute their new values in their buffers.
   std::vector<int> update_of_shared;
   std::vector<int> shared_of_update;  // per update: its variable's shared slot index, or -1
+  std::vector<size_t> shared_order;   // shared slot indices by container address: the order of holds
   // Plans per signature (input and shared-variable shapes) and per set of shared variables the
   // call may overwrite, and arenas kept between calls.
   mutable std::mutex plan_mutex;
   mutable std::map<std::pair<std::vector<Shape>, std::vector<bool>>, std::shared_ptr<const MemoryPlan>> plans;
   mutable std::vector<std::shared_ptr<Storage>> kept_arenas;
+  // The plan of the last call: a steady loop finds it again without building a key.
+  mutable std::shared_ptr<const MemoryPlan> last_plan;
+  mutable std::vector<bool> last_overwritable;
   // FunctionOptions::profile: per instruction, over all calls.
   bool profiling = false;
   mutable std::mutex profile_mutex;
@@ -71,6 +72,29 @@ struct FunctionImpl {
           overwritable[i] ? program.result_slots[outputs.size() + static_cast<size_t>(update_of_shared[i])] : -1);
     auto plan = std::make_shared<const MemoryPlan>(plan_memory(program, inputs, shared, options));
     plans.emplace(std::move(key), plan);
+    return plan;
+  }
+  // The plan for a call's values: the last call's when the shapes and the overwritable shared
+  // variables are the same (compared in place, nothing allocated), else from the cache.
+  std::shared_ptr<const MemoryPlan> plan_for_call(const std::vector<Tensor>& slots, const std::vector<Tensor>& shared,
+                                                  const std::vector<bool>& overwritable) const {
+    {
+      std::lock_guard lock(plan_mutex);
+      if (last_plan && last_overwritable == overwritable) {
+        const std::vector<Shape>& signature = last_plan->signature;
+        bool same = true;
+        for (size_t i = 0; same && i < program.input_slots.size(); ++i) same = signature[i] == slots[program.input_slots[i]].shape();
+        for (size_t i = 0; same && i < shared.size(); ++i) same = signature[program.input_slots.size() + i] == shared[i].shape();
+        if (same) return last_plan;
+      }
+    }
+    std::vector<Shape> input_shapes, shared_shapes;
+    for (int s : program.input_slots) input_shapes.push_back(slots[s].shape());
+    for (const Tensor& t : shared) shared_shapes.push_back(t.shape());
+    auto plan = plan_for(input_shapes, shared_shapes, overwritable);
+    std::lock_guard lock(plan_mutex);
+    last_plan = plan;
+    last_overwritable = overwritable;
     return plan;
   }
   // The shared variables a call may overwrite when nobody else refers to their buffers.
@@ -291,6 +315,11 @@ Function function(std::vector<In> inputs, std::vector<Out> outputs, FunctionOpti
   f->graph->on_replace = nullptr;
   f->program = emit_program(f->graph->inputs(), f->graph->outputs());
   f->shared_of_update.assign(f->updates.size(), -1);
+  f->shared_order.resize(f->program.shared_slots.size());
+  std::iota(f->shared_order.begin(), f->shared_order.end(), size_t{0});
+  std::sort(f->shared_order.begin(), f->shared_order.end(), [&](size_t a, size_t b) {
+    return std::less<>()(f->program.shared_slots[a].second, f->program.shared_slots[b].second);
+  });
   for (size_t i = 0; i < f->program.shared_slots.size(); ++i) {
     f->update_of_shared.push_back(-1);
     for (size_t k = 0; k < f->updates.size(); ++k)
@@ -337,14 +366,10 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
   // overwritten in place when nobody else refers to them), the others loaded; all in one global
   // order, the containers' addresses, so that calls holding several never deadlock.
   const size_t n_shared = p.shared_slots.size();
-  std::vector<size_t> shared_order(n_shared);
-  std::iota(shared_order.begin(), shared_order.end(), size_t{0});
-  std::sort(shared_order.begin(), shared_order.end(),
-            [&](size_t a, size_t b) { return std::less<>()(p.shared_slots[a].second, p.shared_slots[b].second); });
   std::vector<std::optional<SharedContainer::Hold>> holds(n_shared);
   std::vector<Tensor> old_shared(n_shared);
   std::vector<bool> overwritable(n_shared, false);
-  for (size_t i : shared_order) {
+  for (size_t i : f.shared_order) {
     SharedContainer& container = *p.shared_slots[i].second;
     if (f.update_of_shared[i] >= 0) {
       holds[i].emplace(container);
@@ -356,17 +381,6 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
     slots[p.shared_slots[i].first] = old_shared[i];
   }
   for (const auto& [s, value] : p.constant_slots) slots[s] = value;
-  {
-    std::lock_guard lock(f.last_shapes_mutex);
-    f.last_shapes.clear();
-    for (size_t i = 0; i < args.size(); ++i) f.last_shapes.push_back(slots[p.input_slots[i]].shape());
-    f.called = true;
-  }
-  // What no update or default output may alias: the caller's inputs, constants, shared buffers.
-  MemoryIndex protected_values, shared_values;
-  for (const Tensor& a : args) protected_values.add(a);
-  for (const auto& [s, value] : p.constant_slots) protected_values.add(value);
-  for (size_t i = 0; i < p.shared_slots.size(); ++i) shared_values.add(old_shared[i], p.shared_slots[i].second);
 
   if (!f.replacements.empty()) check_rewrites(f, slots);
   // Mode::debug(): first a run without any plan (with the op checks; it never overwrites an
@@ -377,11 +391,8 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
     reference = slots;
     run_planned(p, unplanned(p), reference, nullptr, nullptr, &*f.op_checks);
   }
+  const auto plan = f.plan_for_call(slots, old_shared, overwritable);
   {  // the planned run; an arena that is not kept is released at the end of this block
-    std::vector<Shape> input_shapes, shared_shapes;
-    for (int s : p.input_slots) input_shapes.push_back(slots[s].shape());
-    for (const Tensor& t : old_shared) shared_shapes.push_back(t.shape());
-    auto plan = f.plan_for(input_shapes, shared_shapes, overwritable);
     std::shared_ptr<Storage> arena = f.keep_buffers ? f.take_arena(plan->arena_bytes) : nullptr;
     if (f.profiling) {
       InstructionTimes call(p.code.size());
@@ -406,6 +417,20 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
                     (r < f.outputs.size() ? "output " + std::to_string(r) : "update " + std::to_string(r - f.outputs.size())) +
                     ": " + *difference + " (in place or sharing decided wrongly; please report it)");
 
+  // What no update or default output may alias: the caller's inputs, constants, values the plan
+  // computed once (they serve every call), shared buffers. Results whose memory the plan made
+  // their own need no check, and when all are, nothing is indexed.
+  const auto owned = [&](size_t r) { return r < plan->result_owns_memory.size() && plan->result_owns_memory[r]; };
+  bool all_owned = true;
+  for (size_t r = 0; r < p.result_slots.size(); ++r) all_owned = all_owned && owned(r);
+  MemoryIndex protected_values, shared_values;
+  if (!all_owned) {
+    for (const Tensor& a : args) protected_values.add(a);
+    for (const auto& [s, value] : p.constant_slots) protected_values.add(value);
+    for (const Tensor& value : plan->value) protected_values.add(value);
+    for (size_t i = 0; i < n_shared; ++i) shared_values.add(old_shared[i], p.shared_slots[i].second);
+  }
+
   // Updates: computed from old values above; now assigned, none aliasing another shared buffer,
   // the caller's memory or a constant.
   const size_t n_out = f.outputs.size();
@@ -414,9 +439,9 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
   for (size_t k = 0; k < f.updates.size(); ++k) {
     Tensor t = slots[p.result_slots[n_out + k]];
     const SharedContainer* self = f.updates[k].first.get()->shared.get();
-    const bool aliased = protected_values.overlaps(t) || assigned.overlaps(t) || shared_values.overlaps(t, self);
+    const bool aliased = !owned(n_out + k) && (protected_values.overlaps(t) || assigned.overlaps(t) || shared_values.overlaps(t, self));
     new_values.push_back(aliased ? t.clone() : t);
-    assigned.add(new_values.back());
+    if (!all_owned) assigned.add(new_values.back());
   }
   for (size_t k = 0; k < f.updates.size(); ++k) {
     const int i = f.shared_of_update[k];
@@ -425,14 +450,15 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
   }
 
   std::vector<Tensor> results;
+  results.reserve(n_out);
   MemoryIndex returned;
   for (size_t j = 0; j < n_out; ++j) {
     Tensor t = slots[p.result_slots[j]];
-    if (!f.outputs[j].borrow && (protected_values.overlaps(t) || shared_values.overlaps(t) || assigned.overlaps(t) ||
-                                 returned.overlaps(t)))
+    if (!f.outputs[j].borrow && !owned(j) &&
+        (protected_values.overlaps(t) || shared_values.overlaps(t) || assigned.overlaps(t) || returned.overlaps(t)))
       t = t.clone();
     results.push_back(t);
-    returned.add(t);
+    if (!all_owned) returned.add(t);
   }
   return results;
 }
@@ -454,13 +480,13 @@ std::vector<Tensor> Function::run_n(int64_t n) const {
 }
 
 MemoryReport Function::memory_report() const {
-  impl();
+  const FunctionImpl& f = impl();
   std::vector<Shape> shapes;
   {
-    std::lock_guard lock(impl_->last_shapes_mutex);
-    if (!impl_->called)
+    std::lock_guard lock(f.plan_mutex);
+    if (!f.last_plan)
       throw Error("memory_report: the function has not been called yet; pass the input shapes: memory_report({{...}})");
-    shapes = impl_->last_shapes;
+    shapes.assign(f.last_plan->signature.begin(), f.last_plan->signature.begin() + static_cast<int64_t>(f.inputs.size()));
   }
   return memory_report(shapes);
 }

@@ -217,14 +217,13 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
           continue;
         if (p.slot_vars[src]->type.dtype != dtype) continue;
         reuse = b;
+        // Outside the arena (lent, or leaving the call) the output is written into the tensor its
+        // source holds.
+        plan.reuse_input[s] = src;
         break;
       }
       if (reuse >= 0) {
         buffer_of[s] = reuse;
-        // On a lent buffer the output is written into the tensor its source holds.
-        if (buffers[reuse].lent)
-          for (auto [out, in] : inplace)
-            if (out == static_cast<int>(o) && buffer_of[ins.inputs[in]] == reuse) plan.reuse_input[s] = ins.inputs[in];
         continue;
       }
       // A borrowed input or an overwritable shared variable that dies here is workspace: overwrite it.
@@ -263,6 +262,20 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
   for (size_t r = 0; r < p.result_slots.size(); ++r) {
     if (r < options.kept_outputs.size() && options.kept_outputs[r]) continue;
     if (const int b = buffer_of[root[p.result_slots[r]]]; b >= 0) buffers[b].in_arena = false;
+  }
+
+  // A value the call hands back needs no check against aliasing (and no copy) when its memory is
+  // a buffer of this call's own that no other result uses: not an input, constant, shared or
+  // precomputed value, nor a lent buffer (except a shared variable's, for its own new value).
+  std::vector<int> results_on(buffers.size(), 0);
+  for (int r : p.result_slots)
+    if (const int b = buffer_of[root[r]]; b >= 0) ++results_on[b];
+  plan.result_owns_memory.assign(p.result_slots.size(), false);
+  for (size_t r = 0; r < p.result_slots.size(); ++r) {
+    const int slot = p.result_slots[r], b = buffer_of[root[slot]];
+    if (b < 0 || results_on[b] != 1) continue;
+    const int w = buffers[b].shared_slot;
+    plan.result_owns_memory[r] = !buffers[b].lent || (w >= 0 && update_into[w] == slot);
   }
 
   // 3. Offsets: largest first, each at the lowest address free during its whole lifetime.

@@ -16,7 +16,8 @@ struct MemoryPlan {
   std::vector<Tensor> value;                // per slot: values computed while planning (shape arithmetic)
   std::vector<bool> precomputed;            // per instruction: its outputs are in `value`, it does not run
   std::vector<int64_t> offset;              // per slot: byte offset in the arena, -1 when not there
-  std::vector<int> reuse_input;             // per slot: the In(borrow) input slot it overwrites, or -1
+  std::vector<int> reuse_input;             // per slot: the slot whose buffer it overwrites in place, or -1
+  std::vector<bool> result_owns_memory;     // per result: its memory is the call's own, shared with no other
   int64_t arena_bytes = 0;
   MemoryReport report;
 };
