@@ -51,6 +51,7 @@ class Storage {
 
  private:
   Storage(std::byte* data, size_t nbytes, bool owned) : data_(data), nbytes_(nbytes), owned_(owned) {}
+  static std::shared_ptr<Storage> make(std::byte* data, size_t nbytes, bool owned);
   std::byte* data_;
   size_t nbytes_;
   bool owned_;
@@ -150,7 +151,12 @@ class Tensor {
     int64_t offset = 0;
     bool disposed = false;
   };
-  const Impl& impl() const;
+  const Impl& impl() const {
+    if (!impl_ || impl_->disposed) [[unlikely]]
+      throw_unusable();
+    return *impl_;
+  }
+  [[noreturn]] void throw_unusable() const;
   void check_dtype(DType expected) const;
   std::shared_ptr<Impl> impl_;
 };

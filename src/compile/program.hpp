@@ -29,6 +29,7 @@ struct Program {
   std::vector<std::pair<int, Tensor>> constant_slots;
   std::vector<int> result_slots;  // function outputs, then update values
   std::vector<const Variable*> slot_vars;
+  size_t widest = 0;  // the most inputs or outputs of one instruction
 };
 
 // Numbers the values between inputs and results, orders the nodes and marks each value's last reader.

@@ -86,6 +86,7 @@ Program emit_program(const std::vector<Var>& inputs, const std::vector<Var>& res
     for (const Var& v : n->inputs) ins.inputs.push_back(slot(v.get()));
     for (const auto& v : n->outputs) ins.outputs.push_back(slot(v.get()));
     for (auto [out, in] : n->op->view_map()) ins.output_is_view[out] = true;
+    p.widest = std::max({p.widest, ins.inputs.size(), ins.outputs.size()});
     p.code.push_back(std::move(ins));
   };
   // Emits a block of nodes in topological order; an ifelse in it brings its branches' exclusive
@@ -220,6 +221,8 @@ void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& 
     if (plan.precomputed[k])
       for (int s : p.code[k].outputs) slots[s] = plan.value[s];
   std::vector<Tensor> inputs, outputs, before;
+  inputs.reserve(p.widest);
+  outputs.reserve(p.widest);
   for (size_t k = 0; k < p.code.size(); k = next_instruction(p, k, slots)) {
     const Instruction& ins = p.code[k];
     if (ins.kind != Instruction::Kind::run) continue;

@@ -119,13 +119,14 @@ void gather(const InputPlan& in, const Shape& shape, int64_t start, int64_t n, s
 // Per-thread storage reused across calls, so that a call on a few elements costs a few
 // instructions, not a dozen allocations.
 struct Workspace {
-  std::vector<Shape> shapes;
+  Shape shape;
   std::vector<DType> reg_dtype;
   std::vector<InputPlan> plans;
   std::vector<size_t> offset;
   std::vector<const void*> reg, args;
   std::vector<DType> arg_dtypes;
   std::vector<std::byte> buffer;
+  std::vector<std::vector<double>> partials;  // of a reduction, per thread
 };
 
 Workspace& workspace() {
@@ -159,10 +160,18 @@ std::vector<Type> Composite::infer_types(const std::vector<Type>& in) const {
 }
 
 Shape Composite::elementwise_shape(const std::vector<Shape>& in) const {
+  Shape out;
+  broadcast_into(out, in, [](const Shape& s) -> const Shape& { return s; });
+  return out;
+}
+
+template <class Values, class ShapeOf>
+void Composite::broadcast_into(Shape& out, const Values& in, ShapeOf shape_of) const {
   size_t nd = 0;
-  for (const Shape& s : in) nd = std::max(nd, s.size());
-  Shape out(nd, 1);
-  for (const Shape& s : in)
+  for (const auto& v : in) nd = std::max(nd, shape_of(v).size());
+  out.assign(nd, 1);
+  for (const auto& v : in) {
+    const Shape& s = shape_of(v);
     for (size_t d = 0; d < s.size(); ++d) {
       const size_t od = d + nd - s.size();
       if (s[d] == out[od] || s[d] == 1) continue;
@@ -171,7 +180,7 @@ Shape Composite::elementwise_shape(const std::vector<Shape>& in) const {
                          std::to_string(out[od]) + " vs " + std::to_string(s[d]) + ")");
       out[od] = s[d];
     }
-  return out;
+  }
 }
 
 std::vector<Shape> Composite::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
@@ -188,10 +197,8 @@ std::vector<Shape> Composite::infer_shapes(const std::vector<Shape>& in, const s
 
 void Composite::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
   Workspace& caller = workspace();
-  std::vector<Shape>& shapes = caller.shapes;
-  shapes.clear();
-  for (const Tensor& t : in) shapes.push_back(t.shape());
-  const Shape shape = elementwise_shape(shapes);
+  Shape& shape = caller.shape;
+  broadcast_into(shape, in, [](const Tensor& t) -> const Shape& { return t.shape(); });
   const int64_t nd = static_cast<int64_t>(shape.size());
   const int64_t total = shape_numel(shape);
   Tensor& o = out[0];
@@ -236,11 +243,10 @@ void Composite::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out)
   const int64_t n_out = reducing ? o.numel() : 0;
 
   const int64_t block = std::min(kBlock, std::max<int64_t>(total, 1));
-  auto run_blocks = [&](int64_t first_block, int64_t last_block, std::vector<double>& partial) {
+  auto run_blocks = [&](Workspace& w, int64_t first_block, int64_t last_block, std::vector<double>& partial) {
     // Registers live in one per-thread buffer, reused across calls: a block of each, 64-byte
     // aligned and skewed by 192 bytes so that no two start at the same offset within a 4 KiB page
     // (loads and stores 4 KiB apart stall on false address dependencies).
-    Workspace& w = workspace();
     const size_t n_regs = reg_dtype.size();
     std::vector<size_t>& offset = w.offset;
     offset.assign(n_regs, 0);
@@ -327,18 +333,19 @@ void Composite::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out)
   // per-thread partial sums, other reductions run on one thread (their outputs interleave).
   const bool parallel = threads > 1 && total >= kParallelElements && !omp_in_parallel() &&
                         (!reducing || reduce_divisor >= total);
-  std::vector<std::vector<double>> partials(parallel ? threads : 1);
+  std::vector<std::vector<double>>& partials = caller.partials;
+  partials.resize(parallel ? threads : 1);
   if (reducing)
     for (auto& p : partials) p.assign(n_out, 0.0);
   if (parallel) {
 #pragma omp parallel num_threads(threads)
     {
       const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-      run_blocks(n_blocks * t / nt, n_blocks * (t + 1) / nt, partials[t]);
+      run_blocks(workspace(), n_blocks * t / nt, n_blocks * (t + 1) / nt, partials[t]);
       if (streaming) _mm_sfence();
     }
   } else {
-    run_blocks(0, n_blocks, partials[0]);
+    run_blocks(caller, 0, n_blocks, partials[0]);
     if (streaming) _mm_sfence();
   }
   if (!reducing) return;

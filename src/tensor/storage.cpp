@@ -86,11 +86,17 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes) {
   raise_peak(c.bytes_in_use.fetch_add(static_cast<int64_t>(nbytes)) + static_cast<int64_t>(nbytes));
   c.n_allocations.fetch_add(1, std::memory_order_relaxed);
   c.live_storages.fetch_add(1, std::memory_order_relaxed);
-  return std::shared_ptr<Storage>(new Storage(static_cast<std::byte*>(p), nbytes, true));
+  return make(static_cast<std::byte*>(p), nbytes, true);
 }
 
-std::shared_ptr<Storage> Storage::borrow(void* data, size_t nbytes) {
-  return std::shared_ptr<Storage>(new Storage(static_cast<std::byte*>(data), nbytes, false));
+std::shared_ptr<Storage> Storage::borrow(void* data, size_t nbytes) { return make(static_cast<std::byte*>(data), nbytes, false); }
+
+std::shared_ptr<Storage> Storage::make(std::byte* data, size_t nbytes, bool owned) {
+  // One allocation for the object and its reference count (make_shared needs a public constructor).
+  struct Made : Storage {
+    Made(std::byte* d, size_t n, bool o) : Storage(d, n, o) {}
+  };
+  return std::make_shared<Made>(data, nbytes, owned);
 }
 
 Storage::~Storage() {

@@ -8,12 +8,10 @@
 
 namespace kiln {
 
-const Tensor::Impl& Tensor::impl() const {
+void Tensor::throw_unusable() const {
   if (!impl_) throw Error("Tensor: this tensor is empty (default-constructed); create it with Tensor::zeros, from or wrap");
-  if (impl_->disposed)
-    throw DisposedError("Tensor: this tensor was disposed and cannot be used any more; keep it alive "
-                        "(move_to_outer_scope / detach_from_scope) or use an alias() made before dispose()");
-  return *impl_;
+  throw DisposedError("Tensor: this tensor was disposed and cannot be used any more; keep it alive "
+                      "(move_to_outer_scope / detach_from_scope) or use an alias() made before dispose()");
 }
 
 void Tensor::check_dtype(DType expected) const {
