@@ -30,6 +30,7 @@ set(KILN_SOURCES
   src/compile/verify_grad.cpp
   src/compile/mode.cpp
   src/compile/runtime.cpp
+  src/compile/schedule.cpp
   src/compile/plan.cpp
   src/compile/function.cpp
 )

@@ -85,6 +85,8 @@ struct MemoryReport {
   int64_t lower_bound_bytes = 0;   // the largest total of values live at one time in the schedule
   int64_t persistent_bytes = 0;    // shared variables
   std::vector<std::string> unplanned;  // values whose size depends on data (known only at run time)
+  std::string schedule;                // the order of the nodes chosen: the lowest planned peak among
+  std::vector<std::pair<std::string, int64_t>> schedules;  // the orders tried, each with its planned peak
 };
 
 // How often each rewrite fired while compiling, and the time it took.

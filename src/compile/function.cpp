@@ -13,6 +13,7 @@
 
 #include "compile/plan.hpp"
 #include "compile/program.hpp"
+#include "compile/schedule.hpp"
 #include "graph/op.hpp"
 #include "rewrite/engine.hpp"
 #include "kiln/function.hpp"
@@ -27,7 +28,11 @@ struct FunctionImpl {
   Mode mode = Mode::fast_run();
   bool keep_buffers = false;
   std::unique_ptr<FunctionGraph> graph;
-  Program program;
+  // The program in each candidate order (compile/schedule.hpp); all share the slot numbering of
+  // the first, depth-first one, and each signature's plan runs the one needing the least memory.
+  std::vector<Program> schedules;
+  std::vector<std::string> schedule_names;
+  const Program& program() const { return schedules[0]; }
   std::optional<OpChecks> op_checks;  // Mode::debug(): an unplanned, op-checked reference run first
   bool trust_input = false;
   CompileReport report;
@@ -54,7 +59,7 @@ struct FunctionImpl {
   // FunctionOptions::profile: per instruction, over all calls.
   bool profiling = false;
   mutable std::mutex profile_mutex;
-  mutable InstructionTimes times;
+  mutable std::vector<InstructionTimes> times;  // per schedule
   mutable int64_t profiled_calls = 0;
 
   std::shared_ptr<const MemoryPlan> plan_for(const std::vector<Shape>& inputs, const std::vector<Shape>& shared,
@@ -69,8 +74,19 @@ struct FunctionImpl {
     for (const Out& out : outputs) options.kept_outputs.push_back(keep_buffers && out.borrow);
     for (size_t i = 0; i < overwritable.size(); ++i)
       options.overwritable_shared.push_back(
-          overwritable[i] ? program.result_slots[outputs.size() + static_cast<size_t>(update_of_shared[i])] : -1);
-    auto plan = std::make_shared<const MemoryPlan>(plan_memory(program, inputs, shared, options));
+          overwritable[i] ? program().result_slots[outputs.size() + static_cast<size_t>(update_of_shared[i])] : -1);
+    MemoryPlan best = plan_memory(schedules[0], inputs, shared, options);
+    std::vector<std::pair<std::string, int64_t>> tried{{schedule_names[0], best.report.planned_peak_bytes}};
+    for (size_t i = 1; i < schedules.size(); ++i) {
+      MemoryPlan candidate = plan_memory(schedules[i], inputs, shared, options);
+      tried.push_back({schedule_names[i], candidate.report.planned_peak_bytes});
+      if (candidate.report.planned_peak_bytes >= best.report.planned_peak_bytes) continue;
+      best = std::move(candidate);
+      best.schedule = static_cast<int>(i);
+    }
+    best.report.schedule = schedule_names[static_cast<size_t>(best.schedule)];
+    best.report.schedules = std::move(tried);
+    auto plan = std::make_shared<const MemoryPlan>(std::move(best));
     plans.emplace(std::move(key), plan);
     return plan;
   }
@@ -83,13 +99,13 @@ struct FunctionImpl {
       if (last_plan && last_overwritable == overwritable) {
         const std::vector<Shape>& signature = last_plan->signature;
         bool same = true;
-        for (size_t i = 0; same && i < program.input_slots.size(); ++i) same = signature[i] == slots[program.input_slots[i]].shape();
-        for (size_t i = 0; same && i < shared.size(); ++i) same = signature[program.input_slots.size() + i] == shared[i].shape();
+        for (size_t i = 0; same && i < program().input_slots.size(); ++i) same = signature[i] == slots[program().input_slots[i]].shape();
+        for (size_t i = 0; same && i < shared.size(); ++i) same = signature[program().input_slots.size() + i] == shared[i].shape();
         if (same) return last_plan;
       }
     }
     std::vector<Shape> input_shapes, shared_shapes;
-    for (int s : program.input_slots) input_shapes.push_back(slots[s].shape());
+    for (int s : program().input_slots) input_shapes.push_back(slots[s].shape());
     for (const Tensor& t : shared) shared_shapes.push_back(t.shape());
     auto plan = plan_for(input_shapes, shared_shapes, overwritable);
     std::lock_guard lock(plan_mutex);
@@ -262,9 +278,9 @@ std::optional<std::string> value_difference(const Tensor& old_value, const Tenso
 void check_rewrites(const FunctionImpl& f, const std::vector<Tensor>& call_slots) {
   const Program& check = f.check_program;
   std::vector<Tensor> slots(check.n_slots);
-  for (size_t i = 0; i < check.input_slots.size(); ++i) slots[check.input_slots[i]] = call_slots[f.program.input_slots[i]];
+  for (size_t i = 0; i < check.input_slots.size(); ++i) slots[check.input_slots[i]] = call_slots[f.program().input_slots[i]];
   for (const auto& [s, container] : check.shared_slots)  // as loaded (or held) by the call
-    for (const auto& [call_slot, call_container] : f.program.shared_slots)
+    for (const auto& [call_slot, call_container] : f.program().shared_slots)
       if (call_container == container) slots[s] = call_slots[call_slot];
   for (const auto& [s, value] : check.constant_slots) slots[s] = value;
   run_planned(check, unplanned(check), slots, nullptr);
@@ -313,24 +329,27 @@ Function function(std::vector<In> inputs, std::vector<Out> outputs, FunctionOpti
   }
   f->report.nodes_after = static_cast<int64_t>(f->graph->toposort().size());
   f->graph->on_replace = nullptr;
-  f->program = emit_program(f->graph->inputs(), f->graph->outputs());
+  for (Schedule& schedule : candidate_orders(f->graph->outputs())) {
+    f->schedules.push_back(emit_program(f->graph->inputs(), f->graph->outputs(), std::move(schedule.order)));
+    f->schedule_names.push_back(schedule.name);
+  }
   f->shared_of_update.assign(f->updates.size(), -1);
-  f->shared_order.resize(f->program.shared_slots.size());
+  f->shared_order.resize(f->program().shared_slots.size());
   std::iota(f->shared_order.begin(), f->shared_order.end(), size_t{0});
   std::sort(f->shared_order.begin(), f->shared_order.end(), [&](size_t a, size_t b) {
-    return std::less<>()(f->program.shared_slots[a].second, f->program.shared_slots[b].second);
+    return std::less<>()(f->program().shared_slots[a].second, f->program().shared_slots[b].second);
   });
-  for (size_t i = 0; i < f->program.shared_slots.size(); ++i) {
+  for (size_t i = 0; i < f->program().shared_slots.size(); ++i) {
     f->update_of_shared.push_back(-1);
     for (size_t k = 0; k < f->updates.size(); ++k)
-      if (f->updates[k].first.get()->shared.get() == f->program.shared_slots[i].second) {
+      if (f->updates[k].first.get()->shared.get() == f->program().shared_slots[i].second) {
         f->update_of_shared[i] = static_cast<int>(k);
         f->shared_of_update[k] = static_cast<int>(i);
       }
   }
   if (checks && (checks->ops || checks->nan_guard)) f->op_checks = OpChecks{checks->nan_guard};
   f->profiling = options.profile;
-  f->times = InstructionTimes(f->program.code.size());
+  for (const Program& schedule : f->schedules) f->times.emplace_back(schedule.code.size());
   if (!f->replacements.empty()) {
     std::vector<Var> sides;
     for (const auto& r : f->replacements) {
@@ -353,7 +372,7 @@ const FunctionImpl& Function::impl() const {
 
 std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const {
   const FunctionImpl& f = impl();
-  const Program& p = f.program;
+  const Program& p = f.program();
   if (args.size() != f.inputs.size()) {
     std::string names;
     for (size_t i = 0; i < f.inputs.size(); ++i) names += (i ? ", " : "") + f.inputs[i].variable.get()->label();
@@ -394,18 +413,20 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
   const auto plan = f.plan_for_call(slots, old_shared, overwritable);
   {  // the planned run; an arena that is not kept is released at the end of this block
     std::shared_ptr<Storage> arena = f.keep_buffers ? f.take_arena(plan->arena_bytes) : nullptr;
+    const Program& schedule = f.schedules[static_cast<size_t>(plan->schedule)];
     if (f.profiling) {
-      InstructionTimes call(p.code.size());
-      run_planned(p, *plan, slots, arena, &call);
+      InstructionTimes call(schedule.code.size());
+      run_planned(schedule, *plan, slots, arena, &call);
       std::lock_guard lock(f.profile_mutex);
-      for (size_t k = 0; k < p.code.size(); ++k) {
-        f.times.seconds[k] += call.seconds[k];
-        f.times.bytes[k] += call.bytes[k];
-        f.times.runs[k] += call.runs[k];
+      InstructionTimes& total = f.times[static_cast<size_t>(plan->schedule)];
+      for (size_t k = 0; k < schedule.code.size(); ++k) {
+        total.seconds[k] += call.seconds[k];
+        total.bytes[k] += call.bytes[k];
+        total.runs[k] += call.runs[k];
       }
       ++f.profiled_calls;
     } else {
-      run_planned(p, *plan, slots, arena);
+      run_planned(schedule, *plan, slots, arena);
     }
     if (f.keep_buffers) f.keep_arena(std::move(arena));
   }
@@ -498,7 +519,7 @@ MemoryReport Function::memory_report(const std::vector<Shape>& input_shapes) con
                     std::to_string(input_shapes.size()));
   std::vector<Shape> shared_shapes;
   int64_t persistent = 0;
-  for (const auto& [s, container] : f.program.shared_slots) {
+  for (const auto& [s, container] : f.program().shared_slots) {
     const Tensor value = container->load();
     shared_shapes.push_back(value.shape());
     persistent += static_cast<int64_t>(value.nbytes());
@@ -516,16 +537,18 @@ Profile Function::profile() const {
     throw Error("profile: this function was compiled without profiling; pass FunctionOptions{.profile = true}");
   std::lock_guard lock(f.profile_mutex);
   std::map<std::string, OpProfile> by_op;
-  for (size_t k = 0; k < f.program.code.size(); ++k) {
-    if (f.program.code[k].kind != Instruction::Kind::run) continue;
-    std::string name = f.program.code[k].node->op->name();
-    name = name.substr(0, name.find_first_of("{[("));
-    OpProfile& entry = by_op[name];
-    entry.op = name;
-    entry.seconds += f.times.seconds[k];
-    entry.bytes += f.times.bytes[k];
-    entry.calls += f.times.runs[k];
-  }
+  for (size_t i = 0; i < f.schedules.size(); ++i)
+    for (size_t k = 0; k < f.schedules[i].code.size(); ++k) {
+      const Instruction& ins = f.schedules[i].code[k];
+      if (ins.kind != Instruction::Kind::run) continue;
+      std::string name = ins.node->op->name();
+      name = name.substr(0, name.find_first_of("{[("));
+      OpProfile& entry = by_op[name];
+      entry.op = name;
+      entry.seconds += f.times[i].seconds[k];
+      entry.bytes += f.times[i].bytes[k];
+      entry.calls += f.times[i].runs[k];
+    }
   Profile out;
   out.calls = f.profiled_calls;
   for (auto& [name, entry] : by_op) out.ops.push_back(entry);

@@ -19,6 +19,7 @@ struct MemoryPlan {
   std::vector<int> reuse_input;             // per slot: the slot whose buffer it overwrites in place, or -1
   std::vector<bool> result_owns_memory;     // per result: its memory is the call's own, shared with no other
   int64_t arena_bytes = 0;
+  int schedule = 0;  // which of the function's candidate orders it plans (set by the function)
   MemoryReport report;
 };
 

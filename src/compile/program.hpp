@@ -32,10 +32,12 @@ struct Program {
   size_t widest = 0;  // the most inputs or outputs of one instruction
 };
 
-// Numbers the values between inputs and results, orders the nodes and marks each value's last reader.
-// The nodes that only one branch of an ifelse needs go into a block the program jumps over when
-// the other branch is taken (nested ifelse: blocks within blocks).
-Program emit_program(const std::vector<Var>& inputs, const std::vector<Var>& results);
+// Numbers the values between inputs and results, orders the nodes (in `order`, a topological
+// order of the results' nodes; depth-first when empty) and marks each value's last reader. The
+// numbering does not depend on the order: programs of one graph in different orders share their
+// slots. The nodes that only one branch of an ifelse needs go into a block the program jumps over
+// when the other branch is taken (nested ifelse: blocks within blocks).
+Program emit_program(const std::vector<Var>& inputs, const std::vector<Var>& results, std::vector<Node*> order = {});
 
 // The next instruction after k: follows jumps (the condition is read from slots).
 size_t next_instruction(const Program& program, size_t k, const std::vector<Tensor>& slots);

@@ -61,7 +61,7 @@ Exclusive exclusive_branches(const std::vector<Node*>& order, const std::vector<
 
 }  // namespace
 
-Program emit_program(const std::vector<Var>& inputs, const std::vector<Var>& results) {
+Program emit_program(const std::vector<Var>& inputs, const std::vector<Var>& results, std::vector<Node*> order) {
   Program p;
   std::unordered_map<const Variable*, int> slot_of;
   auto slot = [&](const Variable* v) {
@@ -75,7 +75,12 @@ Program emit_program(const std::vector<Var>& inputs, const std::vector<Var>& res
     return it->second;
   };
   for (const Var& in : inputs) p.input_slots.push_back(slot(in.get()));
-  std::vector<Node*> order = topological_order(results);
+  const std::vector<Node*> depth_first = topological_order(results);
+  for (const Node* n : depth_first) {
+    for (const Var& v : n->inputs) slot(v.get());
+    for (const auto& v : n->outputs) slot(v.get());
+  }
+  if (order.empty()) order = depth_first;
   const Exclusive ex = exclusive_branches(order, results);
 
   auto emit_node = [&](Node* n, bool conditional) {
