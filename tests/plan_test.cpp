@@ -218,6 +218,21 @@ TEST(Planner, AHandleOnASharedBufferIsNeverOverwritten) {
   EXPECT_NE(s.w.get_value().to_vector<double>(), old_values);
 }
 
+TEST(Planner, ASharedVariableHeldAsAStridedViewIsUpdatedCorrectly) {
+  // w borrows a transposed view: its buffer cannot take a contiguous result, so the new value
+  // gets a buffer of its own and the values are what an unplanned run gives.
+  Tensor base = random_tensor({4, 3}, f64, -1, 1, 5);
+  const std::vector<double> start = base.to_vector<double>();
+  Shared w = shared(base.view({3, 4}, {1, 3}, 0), "w", {.borrow = true});
+  base = Tensor();
+  Function step = function({}, {}, {.updates = {{w, w * 2.0 + 1.0}}});
+  step();
+  std::vector<double> want(12);
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t j = 0; j < 4; ++j) want[static_cast<size_t>(i * 4 + j)] = start[static_cast<size_t>(j * 3 + i)] * 2 + 1;
+  expect_values(w.get_value(), want, 1e-15);
+}
+
 TEST(Planner, AFailedCallLeavesSharedVariablesAsTheyWere) {
   // The update is computed before take, which rejects an index only when it runs: w's buffer may
   // not be overwritten until nothing can fail any more.
