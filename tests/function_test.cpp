@@ -99,7 +99,9 @@ TEST(Function, MemoryReport) {
   EXPECT_EQ(r.planned_peak_bytes, 448 + 64);
   EXPECT_EQ(r.lower_bound_bytes, 448 + 64);
   EXPECT_TRUE(r.unplanned.empty());
-  expect_error<Error>([&] { f.memory_report(); }, {"not been called"});
+  expect_error<Error>([&] { f.memory_report(); }, {"no call", "planned yet", "memory_report({{"});
+  expect_error<TypeError>([&] { f(Tensor::zeros({10})); }, {"expects 2 dimensions"});
+  expect_error<Error>([&] { f.memory_report(); }, {"no call", "failed before"});
   f(Tensor::zeros({10, 10}));
   EXPECT_EQ(f.memory_report().naive_bytes, r.naive_bytes);
 }

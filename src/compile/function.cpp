@@ -506,7 +506,8 @@ MemoryReport Function::memory_report() const {
   {
     std::lock_guard lock(f.plan_mutex);
     if (!f.last_plan)
-      throw Error("memory_report: the function has not been called yet; pass the input shapes: memory_report({{...}})");
+      throw Error("memory_report: no call of this function has been planned yet (none was made, or each failed before "
+                  "its plan); pass the input shapes: memory_report({{...}})");
     shapes.assign(f.last_plan->signature.begin(), f.last_plan->signature.begin() + static_cast<int64_t>(f.inputs.size()));
   }
   return memory_report(shapes);
