@@ -1,7 +1,6 @@
 #include "compile/plan.hpp"
 
 #include <algorithm>
-#include <map>
 #include <unordered_set>
 
 #include "graph/op.hpp"
@@ -201,21 +200,24 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
         }
         return true;
       };
-      // In place: the input dies here, owns its buffer outright, is not protected, and has the
-      // output's exact shape and dtype.
+      // The output may take the place of an input that dies here (also through views), is read
+      // safely, and has the output's exact shape and dtype.
+      auto replaceable = [&](int src) {
+        return rereads_safely(src) && effective_last[src] == static_cast<int>(k) && plan.shape[src] == plan.shape[s] &&
+               p.slot_vars[src]->type.dtype == dtype;
+      };
+      // A shared variable's buffer (shared_slot, or -1 for any other) takes temporaries and its
+      // own new value, no other value the call hands back.
+      auto may_hold = [&](int shared_slot) { return shared_slot < 0 || !results.count(s) || s == update_into[shared_slot]; };
+      // In place: the input also owns its buffer outright and is not protected.
       int reuse = -1;
       for (auto [out, in] : inplace) {
-        if (out != static_cast<int>(o)) continue;
         const int src = ins.inputs[in];
-        if (!rereads_safely(src)) continue;
+        if (out != static_cast<int>(o) || !replaceable(src)) continue;
         const int b = buffer_of[src];
         if (b < 0 || root[src] != src || external[src] || results.count(src) || !(buffers[b].in_arena || buffers[b].lent))
           continue;
-        if (const int w = buffers[b].shared_slot; w >= 0 && results.count(s) && s != update_into[w]) continue;
-        if (buffers[b].last != static_cast<int>(k) || effective_last[src] != static_cast<int>(k) ||
-            plan.shape[src] != plan.shape[s])
-          continue;
-        if (p.slot_vars[src]->type.dtype != dtype) continue;
+        if (buffers[b].last != static_cast<int>(k) || !may_hold(buffers[b].shared_slot)) continue;
         reuse = b;
         // Outside the arena (lent, or leaving the call) the output is written into the tensor its
         // source holds.
@@ -230,17 +232,14 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
       bool gifted = false;
       for (auto [out, in] : inplace) {
         const int src = ins.inputs[in];
-        if (out != static_cast<int>(o) || !borrowed[src] || borrowed_taken[src] || results.count(src) || !rereads_safely(src))
+        if (out != static_cast<int>(o) || !borrowed[src] || borrowed_taken[src] || results.count(src) || !replaceable(src))
           continue;
-        if (effective_last[src] != static_cast<int>(k) || plan.shape[src] != plan.shape[s] ||
-            p.slot_vars[src]->type.dtype != dtype)
-          continue;
-        const bool shared = update_into[src] >= 0;
-        if (shared && (static_cast<int>(k) <= last_fallible || (results.count(s) && s != update_into[src]))) continue;
+        const int shared_slot = update_into[src] >= 0 ? src : -1;
+        if ((shared_slot >= 0 && static_cast<int>(k) <= last_fallible) || !may_hold(shared_slot)) continue;
         plan.reuse_input[s] = src;
         borrowed_taken[src] = gifted = true;
         buffer_of[s] = static_cast<int>(buffers.size());
-        buffers.push_back({0, static_cast<int>(k), static_cast<int>(k), -1, false, true, shared ? src : -1});
+        buffers.push_back({0, static_cast<int>(k), static_cast<int>(k), -1, false, true, shared_slot});
         break;
       }
       if (gifted) continue;

@@ -182,8 +182,9 @@ void check_op(const Instruction& ins, const std::vector<Tensor>& inputs, const s
   }
 }
 
-// The buffer an output is written into: its place in the arena, the lent input it overwrites, or a
-// fresh allocation (of the planned shape, or of the shape known only now).
+// The buffer an output is written into: its place in the arena, the tensor of the input it
+// overwrites in place outside the arena (a lent buffer, or one leaving the call), or a fresh
+// allocation (of the planned shape, or of the shape known only now).
 Tensor output_buffer(const Instruction& ins, size_t o, const MemoryPlan& plan, const std::shared_ptr<Storage>& arena,
                      const std::vector<Tensor>& slots, const std::vector<Tensor>& inputs) {
   const int s = ins.outputs[o];
@@ -194,7 +195,7 @@ Tensor output_buffer(const Instruction& ins, size_t o, const MemoryPlan& plan, c
                            plan.offset[s] / static_cast<int64_t>(dtype_size(dtype)));
   }
   if (const int lent = plan.reuse_input[s]; lent >= 0 && slots[lent].is_contiguous() && slots[lent].dtype() == dtype)
-    return slots[lent];  // the caller lent this buffer (In borrow) and it dies here
+    return slots[lent];
   if (plan.shape[s]) return Tensor::empty(*plan.shape[s], dtype);
   std::vector<Shape> shapes;
   std::vector<const Tensor*> values;
