@@ -339,13 +339,12 @@ Function function(std::vector<In> inputs, std::vector<Out> outputs, FunctionOpti
   std::sort(f->shared_order.begin(), f->shared_order.end(), [&](size_t a, size_t b) {
     return std::less<>()(f->program().shared_slots[a].second, f->program().shared_slots[b].second);
   });
+  std::unordered_map<const SharedContainer*, int> update_of;
+  for (size_t k = 0; k < f->updates.size(); ++k) update_of[f->updates[k].first.get()->shared.get()] = static_cast<int>(k);
   for (size_t i = 0; i < f->program().shared_slots.size(); ++i) {
-    f->update_of_shared.push_back(-1);
-    for (size_t k = 0; k < f->updates.size(); ++k)
-      if (f->updates[k].first.get()->shared.get() == f->program().shared_slots[i].second) {
-        f->update_of_shared[i] = static_cast<int>(k);
-        f->shared_of_update[k] = static_cast<int>(i);
-      }
+    const auto it = update_of.find(f->program().shared_slots[i].second);
+    f->update_of_shared.push_back(it == update_of.end() ? -1 : it->second);
+    if (it != update_of.end()) f->shared_of_update[static_cast<size_t>(it->second)] = static_cast<int>(i);
   }
   if (checks && (checks->ops || checks->nan_guard)) f->op_checks = OpChecks{checks->nan_guard};
   f->profiling = options.profile;
@@ -441,7 +440,7 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
   // What no update or default output may alias: the caller's inputs, constants, values the plan
   // computed once (they serve every call), shared buffers. Results whose memory the plan made
   // their own need no check, and when all are, nothing is indexed.
-  const auto owned = [&](size_t r) { return r < plan->result_owns_memory.size() && plan->result_owns_memory[r]; };
+  const auto owned = [&](size_t r) { return plan->result_owns_memory[r]; };
   bool all_owned = true;
   for (size_t r = 0; r < p.result_slots.size(); ++r) all_owned = all_owned && owned(r);
   MemoryIndex protected_values, shared_values;
