@@ -186,22 +186,20 @@ int64_t shape_without_value(FunctionGraph& graph) {
   return rewritten;
 }
 
-template <class T> std::type_index of() { return std::type_index(typeid(T)); }
-
 }  // namespace
 
 RewriteGroup canonicalize_group() {
   return {"canonicalize",
           {{"shape_without_value", shape_without_value}},
-          {{"self_inverse", {of<Elemwise>()}, self_inverse},
-           {"neutral_element", {of<Elemwise>()}, neutral_element},
-           {"cancel_factor", {of<Elemwise>()}, cancel_factor},
-           {"double_negation", {of<Elemwise>()}, double_negation},
-           {"flatten_chain", {of<Elemwise>()}, flatten_chain},
-           {"cast_of_cast", {of<Elemwise>()}, cast_of_cast},
-           {"useless_fill", {of<Elemwise>()}, useless_fill},
-           {"useless_dimshuffle", {of<DimShuffle>()}, useless_dimshuffle},
-           {"useless_reshape", {of<Reshape>()}, useless_reshape}}};
+          {{"self_inverse", {op_class<Elemwise>()}, self_inverse},
+           {"neutral_element", {op_class<Elemwise>()}, neutral_element},
+           {"cancel_factor", {op_class<Elemwise>()}, cancel_factor},
+           {"double_negation", {op_class<Elemwise>()}, double_negation},
+           {"flatten_chain", {op_class<Elemwise>()}, flatten_chain},
+           {"cast_of_cast", {op_class<Elemwise>()}, cast_of_cast},
+           {"useless_fill", {op_class<Elemwise>()}, useless_fill},
+           {"useless_dimshuffle", {op_class<DimShuffle>()}, useless_dimshuffle},
+           {"useless_reshape", {op_class<Reshape>()}, useless_reshape}}};
 }
 
 }  // namespace kiln

@@ -17,6 +17,9 @@ struct LocalRewrite {
   std::function<std::vector<Var>(FunctionGraph&, Node&)> apply;
 };
 
+// The entry of LocalRewrite::ops for the op class T.
+template <class T> std::type_index op_class() { return std::type_index(typeid(T)); }
+
 // A whole-graph rewrite; returns how many replacements it made.
 struct GlobalRewrite {
   std::string name;

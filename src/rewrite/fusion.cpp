@@ -154,7 +154,7 @@ std::vector<Var> fuse_reduction(FunctionGraph& graph, Node& n) {
 }  // namespace
 
 RewriteGroup fusion_group() {
-  return {"fusion", {{"fuse_elementwise", fuse_elementwise}}, {{"fuse_reduction", {std::type_index(typeid(Reduce))}, fuse_reduction}}};
+  return {"fusion", {{"fuse_elementwise", fuse_elementwise}}, {{"fuse_reduction", {op_class<Reduce>()}, fuse_reduction}}};
 }
 
 }  // namespace kiln

@@ -89,16 +89,14 @@ std::vector<Var> sum_of_scaled(FunctionGraph& graph, Node& n) {
   return {};
 }
 
-template <class T> std::type_index of() { return std::type_index(typeid(T)); }
-
 }  // namespace
 
 RewriteGroup specialize_group() {
   return {"specialize",
           {},
-          {{"gemm_from_sum", {of<Elemwise>()}, gemm_from_sum},
-           {"special_powers", {of<Elemwise>()}, special_powers},
-           {"sum_of_scaled", {of<Reduce>()}, sum_of_scaled}}};
+          {{"gemm_from_sum", {op_class<Elemwise>()}, gemm_from_sum},
+           {"special_powers", {op_class<Elemwise>()}, special_powers},
+           {"sum_of_scaled", {op_class<Reduce>()}, sum_of_scaled}}};
 }
 
 }  // namespace kiln

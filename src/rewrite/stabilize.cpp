@@ -75,17 +75,15 @@ std::vector<Var> crossentropy_softmax_grad(FunctionGraph&, Node& n) {
   return {apply1(std::make_shared<CrossEntropySoftmaxGrad>(), {ce.inputs[0], y.get()->owner->inputs[0], ce.inputs[2]}, n.loc)};
 }
 
-template <class T> std::type_index of() { return std::type_index(typeid(T)); }
-
 }  // namespace
 
 RewriteGroup stabilize_group() {
   return {"stabilize",
           {},
-          {{"stable_log", {of<Elemwise>()}, stable_log},
-           {"stable_expm1", {of<Elemwise>()}, stable_expm1},
-           {"crossentropy_of_softmax", {of<CrossEntropy>()}, crossentropy_of_softmax},
-           {"crossentropy_softmax_grad", {of<SoftmaxGrad>()}, crossentropy_softmax_grad}}};
+          {{"stable_log", {op_class<Elemwise>()}, stable_log},
+           {"stable_expm1", {op_class<Elemwise>()}, stable_expm1},
+           {"crossentropy_of_softmax", {op_class<CrossEntropy>()}, crossentropy_of_softmax},
+           {"crossentropy_softmax_grad", {op_class<SoftmaxGrad>()}, crossentropy_softmax_grad}}};
 }
 
 }  // namespace kiln
