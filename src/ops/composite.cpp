@@ -159,12 +159,6 @@ std::vector<Type> Composite::infer_types(const std::vector<Type>& in) const {
   return {result_};
 }
 
-Shape Composite::elementwise_shape(const std::vector<Shape>& in) const {
-  Shape out;
-  broadcast_into(out, in, [](const Shape& s) -> const Shape& { return s; });
-  return out;
-}
-
 template <class Values, class ShapeOf>
 void Composite::broadcast_into(Shape& out, const Values& in, ShapeOf shape_of) const {
   size_t nd = 0;
@@ -184,7 +178,8 @@ void Composite::broadcast_into(Shape& out, const Values& in, ShapeOf shape_of) c
 }
 
 std::vector<Shape> Composite::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
-  Shape full = elementwise_shape(in);
+  Shape full;
+  broadcast_into(full, in, [](const Shape& s) -> const Shape& { return s; });
   if (!reduction_) return {full};
   Shape out;
   for (int64_t d = 0; d < static_cast<int64_t>(full.size()); ++d) {

@@ -47,7 +47,6 @@ class Composite final : public Op {
   bool may_fail_on_values() const override { return false; }
 
  private:
-  Shape elementwise_shape(const std::vector<Shape>& inputs) const;
   // The broadcast shape of values (shapes or tensors) into out, reusing its memory.
   template <class Values, class ShapeOf> void broadcast_into(Shape& out, const Values& in, ShapeOf shape_of) const;
   int n_inputs_;
