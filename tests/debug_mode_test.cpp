@@ -42,6 +42,7 @@ namespace {
 class ScribblesOnInput final : public Op {
  public:
   std::string name() const override { return "scribbles_on_input"; }
+  void params(OpParams&) const override {}
   std::vector<Type> infer_types(const std::vector<Type>& in) const override { return {in[0]}; }
   std::vector<Shape> infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const override { return {in[0]}; }
   void perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const override {
@@ -54,6 +55,7 @@ class ScribblesOnInput final : public Op {
 class ReturnsItsInput final : public Op {
  public:
   std::string name() const override { return "returns_its_input"; }
+  void params(OpParams&) const override {}
   std::vector<Type> infer_types(const std::vector<Type>& in) const override { return {in[0]}; }
   std::vector<Shape> infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const override { return {in[0]}; }
   void perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const override { out[0] = in[0]; }

@@ -184,6 +184,11 @@ TEST(Elemwise, FastExpEdgeCases) {
   EXPECT_EQ(v[1], 0.f);
   EXPECT_EQ(v[2], 1.f);
   EXPECT_NEAR(v[3], std::exp(88.0), std::exp(88.0) * 1e-6);
+  // Issue 9, item 20: exp(88.38f) was inf (2^128 alone is not a float); the true value 2.42e38 is.
+  const std::vector<float> at{88.38f, 88.72f, 88.73f, -87.3f};
+  auto top = eval1({x}, exp(x), {Tensor::from(at, {4})}).to_vector<float>();
+  for (int i : {0, 1, 3}) EXPECT_NEAR(top[i], std::exp(double(at[i])), std::exp(double(at[i])) * 1e-6) << at[i];
+  EXPECT_TRUE(std::isinf(top[2]));
   Tensor t = eval1({x}, tanh(x), {Tensor::from({1e-6f, -30.f, 30.f, 0.7f}, {4})});
   expect_values(t, {std::tanh(1e-6), -1, 1, std::tanh(0.7)}, 1e-6);
 }
@@ -203,4 +208,28 @@ TEST(Elemwise, CastGradient) {
   // Through an integer cast no gradient flows: the path is disconnected.
   Var x = vector("x", f64);
   expect_error<GradError>([&] { grad(sum(cast(cast(x, i64), f64)), x); }, {"disconnected"});
+}
+
+// Issue 9, item 8: sign and abs of b8 had no kernel (inside a fused loop on two threads the error
+// aborted the process). b8 follows NumPy: abs keeps b8, arithmetic (sign included) counts it as an
+// integer, comparisons order false before true. No op is accepted for a dtype it has no kernel for.
+TEST(Elemwise, BoolOperandsFollowNumPy) {
+  ThreadsForScope two_threads(2);
+  Var b = vector("b", b8), c = vector("c", b8);
+  std::vector<bool> many(100000, true);
+  many[1] = false;
+  for (Mode mode : {Mode::fast_run(), plain_mode()}) {
+    Function f = function({b, c}, {abs(b), sign(b), relu(b), b < c, b >= c, sign(b) * 2 + abs(b)}, {.mode = mode});
+    auto o = f(Tensor::from(many), Tensor::from(std::vector<bool>(100000, false)));
+    EXPECT_EQ(o[0].dtype(), b8);
+    EXPECT_EQ(o[1].dtype(), i64);
+    EXPECT_EQ(o[2].dtype(), b8);
+    EXPECT_EQ(o[0].to_vector<bool>(), many);
+    auto s = o[1].to_vector<int64_t>();
+    EXPECT_EQ(s[0], 1);
+    EXPECT_EQ(s[1], 0);
+    EXPECT_EQ(o[3].to_vector<bool>()[0], false);
+    EXPECT_EQ(o[4].to_vector<bool>()[1], true);
+    EXPECT_EQ(o[5].to_vector<int64_t>()[0], 3);
+  }
 }

@@ -74,6 +74,7 @@ namespace {
 class WrongSquare final : public Op {
  public:
   std::string name() const override { return "wrong_square"; }
+  void params(OpParams&) const override {}
   std::vector<Type> infer_types(const std::vector<Type>& in) const override { return {in[0]}; }
   std::vector<Shape> infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const override { return {in[0]}; }
   void perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const override {

@@ -45,3 +45,35 @@ TEST(Nnet, Gradients) {
                 {x, random_tensor({3, 4}, dt, -1, 1, 4)});
   }
 }
+
+// Issue 9, item 16: on a row longer than 8 192 elements with two threads, both threads computed the
+// same row at once: softmax was wrong in most calls and log_softmax gave NaN.
+TEST(Nnet, SoftmaxOfOneLongRowIsRightOnTwoThreadsEveryCall) {
+  ThreadsForScope two_threads(2);
+  Var x = matrix("x", f64);
+  Function f = function({x}, {softmax(x), log_softmax(x)});
+  const Tensor row = random_tensor({1, 40000}, f64, -3, 3);
+  const auto first = f(row);
+  for (int call = 0; call < 20; ++call) {
+    const auto again = f(row);
+    EXPECT_EQ(again[0].to_vector<double>(), first[0].to_vector<double>()) << "call " << call;
+    EXPECT_EQ(again[1].to_vector<double>(), first[1].to_vector<double>()) << "call " << call;
+  }
+  double total = 0;
+  for (double p : first[0].to_vector<double>()) total += p;
+  EXPECT_NEAR(total, 1.0, 1e-12);
+  for (double l : first[1].to_vector<double>()) ASSERT_TRUE(std::isfinite(l));
+}
+
+// Issue 9, item 20: the fused cross-entropy rounded logsumexp to the precision of the largest logit
+// (0.00390625 instead of 0.0039219 for logits near 1009).
+TEST(Nnet, FusedCrossEntropyIsAccurateInF32) {
+  Var x = matrix("x"), y = vector("y", i64);
+  Function f = function({x, y}, {categorical_crossentropy(softmax(x), y), grad(sum(categorical_crossentropy(softmax(x), y)), x)});
+  const float a = 1009.f, b = 1003.46f;
+  const double exact = std::log1p(std::exp(double(b) - double(a)));
+  auto o = f(Tensor::from({a, b}, {1, 2}), Tensor::from(std::vector<int64_t>{0}));
+  EXPECT_NEAR(o[0].item<double>(), exact, exact * 1e-6);
+  const double p1 = 1 / (1 + std::exp(double(a) - double(b)));
+  expect_values(o[1], {-p1, p1}, 1e-6);
+}

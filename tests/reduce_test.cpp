@@ -68,3 +68,48 @@ TEST(Reduce, MaxOfEmptyAxisIsAShapeError) {
   Function f = function({x}, {max(x, {1})});
   expect_error<ShapeError>([&] { f(Tensor::zeros({2, 0})); }, {"empty axis"});
 }
+
+// Issue 9, item 19: max and min started from the largest finite value, not from -inf / +inf.
+TEST(Reduce, MaxAndMinStartFromInfinity) {
+  const double inf = std::numeric_limits<double>::infinity();
+  for (DType dtype : {f64, f32}) {
+    Var x = vector("x", dtype);
+    auto o = eval({x}, {max(x), min(x)}, {Tensor::from({-inf, -inf}, {2}).to(dtype)});
+    EXPECT_EQ(o[0].item<double>(), -inf) << dtype_name(dtype);
+    EXPECT_EQ(o[1].item<double>(), -inf) << dtype_name(dtype);
+    o = eval({x}, {max(x), min(x)}, {Tensor::from({inf}, {1}).to(dtype)});
+    EXPECT_EQ(o[0].item<double>(), inf);
+    EXPECT_EQ(o[1].item<double>(), inf);
+  }
+  Var n = vector("n", i32);
+  auto o = eval({n}, {max(n), min(n)}, {Tensor::from(std::vector<int32_t>{INT32_MIN, INT32_MAX})});
+  EXPECT_EQ(o[0].item<int64_t>(), INT32_MAX);
+  EXPECT_EQ(o[1].item<int64_t>(), INT32_MIN);
+}
+
+// Issue 9, item 14: argmax skipped NaN where max returned it; NumPy returns the first NaN.
+TEST(Reduce, ArgmaxReturnsTheFirstNaNAsNumPyDoes) {
+  const double nan = std::nan("");
+  Var x = matrix("x", f64);
+  auto o = eval({x}, {argmax(x, {1}), max(x, {1}), argmax(x)}, {Tensor::from({1.0, nan, 3.0, nan, 9.0, nan}, {2, 3})});
+  expect_values(o[0], {1, 0});
+  EXPECT_TRUE(std::isnan(o[1].to_vector<double>()[0]) && std::isnan(o[1].to_vector<double>()[1]));
+  expect_values(o[2], {1});
+}
+
+// Issue 9, item 20: the mean of 49 copies of 0.5 was 0.49999999999999994 (multiplied by 1/49).
+TEST(Reduce, MeanOfEqualValuesIsExactFusedOrNot) {
+  Var x = vector("x", f64);
+  for (Mode mode : {Mode::fast_run(), plain_mode()}) {
+    Function f = function({x}, {mean(x), mean(x * 1.0 + 0.0), mean(exp(x) * 0.0 + 0.5)}, {.mode = mode});
+    for (const Tensor& m : f(Tensor::full({49}, 0.5, f64))) EXPECT_EQ(m.item<double>(), 0.5) << mode.name();
+  }
+}
+
+TEST(Reduce, SumsAreAccurateOnLongRuns) {
+  // Ten million times 0.1: a running sum drifts by about 1e-4; a pairwise sum stays within 1e-8.
+  Var x = vector("x", f64);
+  const Tensor tenths = Tensor::full({10'000'000}, 0.1, f64);
+  Function f = function({x}, {sum(x)}, {.mode = plain_mode()});
+  EXPECT_NEAR(f(tenths)[0].item<double>(), 1e6, 1e-8);
+}

@@ -1,5 +1,8 @@
 // The engine, merge and constant folding: each checks the rewritten graph and its values.
 #include "graph/op.hpp"
+#include "ops/composite.hpp"
+#include "ops/nnet.hpp"
+#include "ops/reduce.hpp"
 #include "rewrite/engine.hpp"
 #include "test_util.hpp"
 
@@ -72,4 +75,34 @@ TEST(Engine, CyclesAreReportedNotLooped) {
 TEST(Engine, UnknownGroupIsAnError) {
   Var x = vector("x");
   expect_error<Error>([&] { function({x}, {x * 2.0}, {.mode = Mode("mine", {"no_such_group"})}); }, {"no_such_group"});
+}
+
+// Issue 9, item 9: fused expressions that print alike, composite{sub,mul}, were merged under a mode
+// running fusion then merge: (x - y) * y gave 2 for (x - y) * x too.
+TEST(Merge, FusedExpressionsThatPrintAlikeAreNotMerged) {
+  Var x = scalar("x"), y = scalar("y");
+  Function f = function({x, y}, {(x - y) * y, (x - y) * x}, {.mode = Mode("fuse_then_merge", {"fusion", "merge"})});
+  auto o = f(Tensor::scalar(3.f), Tensor::scalar(1.f));
+  EXPECT_EQ(o[0].item<float>(), 2.f);
+  EXPECT_EQ(o[1].item<float>(), 6.f);
+}
+
+TEST(Merge, OpsAreEqualByTheirParametersNotTheirNames) {
+  const Type t{f32, {}};
+  auto program = [](int second_factor) {
+    return std::vector<ScalarInstruction>{{ScalarOp::sub, f32, {0, 1}}, {ScalarOp::mul, f32, {2, second_factor}}};
+  };
+  Composite times_y(2, program(1), t, std::nullopt), times_x(2, program(0), t, std::nullopt), again(2, program(1), t, std::nullopt);
+  EXPECT_EQ(times_y.name(), times_x.name());
+  EXPECT_FALSE(times_y.equals(times_x));
+  EXPECT_TRUE(times_y.equals(again));
+  EXPECT_EQ(times_y.hash(), again.hash());
+  EXPECT_FALSE(Composite(2, program(1), Type{f64, {}}, std::nullopt).equals(times_y));
+  EXPECT_FALSE(Reduce(ReduceKind::sum, {0}, false).equals(Reduce(ReduceKind::sum, {0}, true)));
+  EXPECT_TRUE(Softmax(1, true).equals(Softmax(1, true)));
+  EXPECT_FALSE(Softmax(1, true).equals(Softmax(1, false)));
+  // Identical fused nodes still merge into one.
+  Var x = vector("x"), y = vector("y");
+  Function f = function({x, y}, {exp(x - y) * y + exp(x - y) * y}, {.mode = Mode("fuse_then_merge", {"merge", "fusion", "merge"})});
+  EXPECT_EQ(count_op(f, "exp"), 1);
 }

@@ -150,3 +150,31 @@ TEST(Threads, SetNumThreads) {
   set_num_threads(before);
   expect_error<Error>([] { set_num_threads(0); }, {"at least 1"});
 }
+
+// Issue 9, item 5: a view reaching past its storage read arbitrary memory; a shape whose element
+// count overflows became an empty tensor.
+TEST(Tensor, ViewsAreCheckedAgainstTheirStorage) {
+  Tensor four = Tensor::ones({4});
+  expect_error<ShapeError>([&] { four.view({1 << 20}, {1}, 0); }, {"(1048576,)", "outside its storage of 4 elements"});
+  expect_error<ShapeError>([&] { four.view({2, 2}, {1}, 0); }, {"2 dimensions but 1 strides"});
+  expect_error<ShapeError>([&] { four.view({2}, {1}, 3); }, {"outside its storage"});
+  expect_error<ShapeError>([&] { four.view({2}, {-1}, 0); }, {"outside its storage"});
+  expect_error<ShapeError>([&] { four.view({2}, {1}, -1); }, {"offset is negative"});
+  expect_error<ShapeError>([&] { four.view({-2}, {1}, 0); }, {"negative dimension"});
+  expect_values(four.view({2}, {-2}, 3), {1, 1});  // a reversed strided view inside the storage is fine
+  expect_values(four.view({0}, {1000}, 4), {});      // an empty view touches nothing
+}
+
+TEST(Tensor, ShapeArithmeticOverflowIsAShapeError) {
+  expect_error<ShapeError>([] { Tensor::zeros({int64_t{1} << 32, int64_t{1} << 32}); }, {"(4294967296,4294967296)", "64-bit"});
+  expect_error<ShapeError>([] { Tensor::zeros({int64_t{1} << 62}, f64); }, {"bytes", "64-bit"});
+  expect_error<ShapeError>([] { Tensor::zeros({3, -1}); }, {"negative dimension"});
+  Var x = vector("x");
+  Function f = function({x}, {reshape(x, {int64_t{1} << 40, int64_t{1} << 40, -1})});
+  expect_error<ShapeError>([&] { f(Tensor::zeros({4})); }, {"reshape", "overflows"});
+}
+
+// Issue 9, item 11: a huge allocation threw a bare std::bad_alloc.
+TEST(Tensor, AnAllocationTheSystemRefusesIsAMemoryError) {
+  expect_error<MemoryError>([] { Tensor::empty({int64_t{1} << 40}, f64); }, {"8796093022208 bytes", "f64(1099511627776,)"});
+}

@@ -88,6 +88,18 @@ inline int count_op(const Function& f, const std::string& name) {
 
 inline Mode plain_mode() { return Mode("plain", {}); }
 
+// Sets the number of threads for a scope and restores the previous number when it ends.
+class ThreadsForScope {
+ public:
+  explicit ThreadsForScope(int n) : previous_(num_threads()) { set_num_threads(n); }
+  ~ThreadsForScope() { set_num_threads(previous_); }
+  ThreadsForScope(const ThreadsForScope&) = delete;
+  ThreadsForScope& operator=(const ThreadsForScope&) = delete;
+
+ private:
+  int previous_;
+};
+
 // Compiles outputs with `mode` and without any rewrite, checks that both give the same shapes,
 // dtypes and values on `values`, and returns the rewritten function (to inspect its graph).
 inline Function compare_with_plain(const std::vector<Var>& inputs, const std::vector<Var>& outputs,

@@ -24,6 +24,7 @@ KILN_DEFINE_ERROR(ShapeError)
 KILN_DEFINE_ERROR(GradError)
 KILN_DEFINE_ERROR(DisposedError)
 KILN_DEFINE_ERROR(IOError)
+KILN_DEFINE_ERROR(MemoryError)      // an allocation the system refused: names the bytes, and in a call the op
 KILN_DEFINE_ERROR(BadOptimization)  // Mode::debug(): a rewrite changed a value
 #undef KILN_DEFINE_ERROR
 

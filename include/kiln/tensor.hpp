@@ -25,7 +25,8 @@ const char* dtype_name(DType);
 bool is_float(DType);
 bool is_integer(DType);  // i32, i64 (not b8)
 std::string shape_str(const Shape&);
-int64_t shape_numel(const Shape&);
+int64_t shape_numel(const Shape&);                // ShapeError on a negative dimension or overflow
+int64_t shape_nbytes(const Shape&, DType);        // numel * dtype size, overflow-checked
 
 template <class T> constexpr DType dtype_of() {
   if constexpr (std::is_same_v<T, float>) return DType::f32;

@@ -1,5 +1,8 @@
 #pragma once
+#include <optional>
 #include <string>
+#include <type_traits>
+#include <typeindex>
 #include <utility>
 #include <vector>
 
@@ -7,6 +10,39 @@
 #include "kiln/errors.hpp"
 
 namespace kiln {
+
+class Op;
+
+// An op's parameters, written in order by Op::params. Two ops are equal when they are of one
+// class and write the same parameters: a fused composite writes its whole program, its wiring
+// and its dtypes, so ops that print alike are not merged unless they compute alike.
+class OpParams {
+ public:
+  template <class T>
+    requires(std::is_integral_v<T> || std::is_enum_v<T>)
+  OpParams& operator<<(T v) {
+    words_.push_back(static_cast<int64_t>(v));
+    return *this;
+  }
+  template <class T> OpParams& operator<<(const std::vector<T>& values) {
+    *this << values.size();
+    for (const auto& v : values) *this << v;
+    return *this;
+  }
+  template <class T> OpParams& operator<<(const std::optional<T>& value) {
+    *this << value.has_value();
+    if (value) *this << *value;
+    return *this;
+  }
+  OpParams& operator<<(const Type& type) { return *this << type.dtype << type.broadcastable; }
+  OpParams& operator<<(const Op& inner);  // an op held as a parameter: its class and parameters
+  bool operator==(const OpParams&) const = default;
+  size_t hash() const;
+
+ private:
+  std::vector<int64_t> words_;
+  std::vector<std::type_index> classes_;
+};
 
 // Every op, no exceptions (ARCHITECTURE.md): types, shapes, kernel, L_op, views, equality.
 class Op {
@@ -41,8 +77,10 @@ class Op {
   // only after the last such op, so a call that fails leaves every shared variable as it was.
   virtual bool may_fail_on_values() const { return true; }
 
-  virtual bool equals(const Op& other) const { return typeid(*this) == typeid(other) && name() == other.name(); }
-  virtual size_t hash() const { return std::hash<std::string>()(name()); }
+  // Writes every parameter that distinguishes this op from another of its class (never its name).
+  virtual void params(OpParams& out) const = 0;
+  bool equals(const Op& other) const;
+  size_t hash() const;
 };
 
 }  // namespace kiln

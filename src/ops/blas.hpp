@@ -11,6 +11,7 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double al
 // NumPy dot for inputs of up to 2 dimensions (0-d inputs are handled as multiplication by the builder).
 class Dot final : public Op {
  public:
+  void params(OpParams&) const override {}
   std::string name() const override { return "dot"; }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
@@ -23,6 +24,7 @@ class Dot final : public Op {
 // shape; alpha and beta 0-d). specialize builds it from dot, scaling and addition.
 class Gemm final : public Op {
  public:
+  void params(OpParams&) const override {}
   std::string name() const override { return "gemm"; }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
@@ -35,6 +37,7 @@ class Gemm final : public Op {
 // NumPy matmul of two inputs of equal ndim >= 3: a batch of matrix products, batch axes broadcast.
 class BatchedMatmul final : public Op {
  public:
+  void params(OpParams&) const override {}
   std::string name() const override { return "batched_matmul"; }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "tensor/dispatch.hpp"
+#include "tensor/parallel.hpp"
 
 namespace kiln {
 
@@ -144,6 +145,13 @@ bool Composite::fusable_axes(const std::vector<int64_t>& axes, int64_t ndim) {
     trailing = trailing && axes[i] == ndim - static_cast<int64_t>(axes.size()) + static_cast<int64_t>(i);
   }
   return leading || trailing;
+}
+
+void Composite::params(OpParams& out) const {
+  out << n_inputs_ << result_ << program_.size();
+  for (const ScalarInstruction& ins : program_) out << ins.op << ins.dtype << ins.args;
+  out << reduction_.has_value();
+  if (reduction_) out << reduction_->kind << reduction_->axes << reduction_->keepdims;
 }
 
 std::string Composite::name() const {
@@ -333,12 +341,10 @@ void Composite::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out)
   if (reducing)
     for (auto& p : partials) p.assign(n_out, 0.0);
   if (parallel) {
-#pragma omp parallel num_threads(threads)
-    {
-      const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    parallel_region(threads, [&](int t, int nt) {
       run_blocks(workspace(), n_blocks * t / nt, n_blocks * (t + 1) / nt, partials[t]);
       if (streaming) _mm_sfence();
-    }
+    });
   } else {
     run_blocks(caller, 0, n_blocks, partials[0]);
     if (streaming) _mm_sfence();
@@ -346,11 +352,13 @@ void Composite::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out)
   if (!reducing) return;
   for (size_t t = 1; t < partials.size(); ++t)
     for (int64_t i = 0; i < n_out; ++i) partials[0][i] += partials[t][i];
-  const double scale = reduction_->kind == ReduceKind::mean ? static_cast<double>(n_out) / static_cast<double>(std::max<int64_t>(total, 1)) : 1.0;
+  // A mean divides by its count (not multiplies by 1/count): the mean of equal values is exact.
+  const bool mean = reduction_->kind == ReduceKind::mean;
+  const double count = n_out ? static_cast<double>(total) / static_cast<double>(n_out) : 0.0;
   dispatch_float(o.dtype(), "composite reduction", [&](auto tag) {
     using T = decltype(tag);
     T* p = o.data<T>();
-    for (int64_t i = 0; i < n_out; ++i) p[i] = static_cast<T>(partials[0][i] * scale);
+    for (int64_t i = 0; i < n_out; ++i) p[i] = static_cast<T>(mean ? partials[0][i] / count : partials[0][i]);
   });
 }
 

@@ -32,6 +32,7 @@ class Composite final : public Op {
       : n_inputs_(n_inputs), program_(std::move(program)), result_(std::move(result)), reduction_(std::move(reduction)) {}
   const std::vector<ScalarInstruction>& program() const { return program_; }
   const std::optional<FusedReduction>& reduction() const { return reduction_; }
+  void params(OpParams& out) const override;  // the whole program: ops, wiring, dtypes, reduction
   std::string name() const override;
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;

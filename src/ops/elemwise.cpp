@@ -67,9 +67,10 @@ bool needs_float(ScalarOp op) {
       return false;
   }
 }
+// b8 operands of these count as integers (NumPy: True + True == 2; kiln's integer is i64).
 bool is_arithmetic(ScalarOp op) {
   return op == ScalarOp::add || op == ScalarOp::sub || op == ScalarOp::mul || op == ScalarOp::neg ||
-         op == ScalarOp::sqr;
+         op == ScalarOp::sqr || op == ScalarOp::sign;
 }
 
 int category(DType d) { return d == DType::b8 ? 0 : is_integer(d) ? 1 : 2; }
@@ -164,6 +165,9 @@ std::vector<Type> Elemwise::infer_types(const std::vector<Type>& in) const {
   if (op_ == ScalarOp::cast) dtype = cast_to_;
   if (needs_float(op_) && !is_float(dtype))
     throw TypeError(name() + ": needs float inputs, got " + in[first_value].str());
+  if (!dispatch_dtype(in[first_value].dtype, [&](auto tag) { return has_kernel<decltype(tag)>(op_); }))
+    throw TypeError(name() + ": is not defined for " + dtype_name(in[first_value].dtype) + " values, got " +
+                    in[first_value].str() + "; cast them first");
   return {Type{dtype, bc}};
 }
 

@@ -16,6 +16,7 @@ class Elemwise final : public Op {
   explicit Elemwise(ScalarOp op, DType cast_to = DType::f32, int arity = 0)
       : op_(op), cast_to_(cast_to), arity_(arity ? arity : scalar_op_arity(op)) {}
   ScalarOp scalar_op() const { return op_; }
+  void params(OpParams& out) const override { out << op_ << cast_to_ << arity_; }
   std::string name() const override;
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;

@@ -10,6 +10,7 @@ class IfElse final : public Op {
  public:
   explicit IfElse(int n) : n_(n) {}
   int n() const { return n_; }
+  void params(OpParams& out) const override { out << n_; }
   std::string name() const override { return "ifelse{" + std::to_string(n_) + "}"; }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;

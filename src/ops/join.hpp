@@ -8,6 +8,7 @@ namespace kiln {
 class Join final : public Op {
  public:
   explicit Join(int64_t axis) : axis_(axis) {}
+  void params(OpParams& out) const override { out << axis_; }
   std::string name() const override { return "join{axis=" + std::to_string(axis_) + "}"; }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
@@ -23,6 +24,7 @@ class Join final : public Op {
 class JoinSplit final : public Op {
  public:
   explicit JoinSplit(int64_t axis) : axis_(axis) {}
+  void params(OpParams& out) const override { out << axis_; }
   std::string name() const override { return "join_split{axis=" + std::to_string(axis_) + "}"; }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;

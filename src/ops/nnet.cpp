@@ -28,7 +28,8 @@ void softmax_row(const T* x, int64_t sx, T* y, int64_t sy, int64_t n, bool log) 
   T mx = -std::numeric_limits<T>::infinity();
   for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i * sx]);
   if (!std::isfinite(mx)) mx = 0;
-  T total = 0;
+  // f32 rows sum in f64: a long row would otherwise lose digits.
+  double total = 0;
   if (sx == 1 && sy == 1) {
     for (int64_t i = 0; i < n; ++i) y[i] = fastmath::exp(x[i] - mx);
     for (int64_t i = 0; i < n; ++i) total += y[i];
@@ -36,10 +37,10 @@ void softmax_row(const T* x, int64_t sx, T* y, int64_t sy, int64_t n, bool log) 
     for (int64_t i = 0; i < n; ++i) total += (y[i * sy] = fastmath::exp(x[i * sx] - mx));
   }
   if (log) {
-    const T log_total = std::log(total);
+    const T log_total = static_cast<T>(std::log(total));
     for (int64_t i = 0; i < n; ++i) y[i * sy] = (x[i * sx] - mx) - log_total;
   } else {
-    const T inv = T(1) / total;
+    const T inv = static_cast<T>(1 / total);
     for (int64_t i = 0; i < n; ++i) y[i * sy] *= inv;
   }
 }
@@ -247,13 +248,19 @@ template <class T, class F> void for_each_row(const Tensor& x, const std::vector
            static_cast<int64_t>(i));
 }
 
-template <class T> T row_logsumexp(const T* row, int64_t stride, int64_t n) {
+// A row's log-sum-exp as its maximum and the log of the shifted sum, kept apart: adding them
+// first would round the small second part to the precision of the large first one.
+template <class T> struct RowLogSumExp {
+  T max;
+  double log_sum;
+};
+template <class T> RowLogSumExp<T> row_logsumexp(const T* row, int64_t stride, int64_t n) {
   T mx = -std::numeric_limits<T>::infinity();
   for (int64_t j = 0; j < n; ++j) mx = std::max(mx, row[j * stride]);
-  if (!std::isfinite(mx)) return mx;
-  T total = 0;
-  for (int64_t j = 0; j < n; ++j) total += fastmath::exp(row[j * stride] - mx);
-  return mx + std::log(total);
+  if (!std::isfinite(mx)) return {mx, 0};
+  double total = 0;
+  for (int64_t j = 0; j < n; ++j) total += std::exp(static_cast<double>(row[j * stride] - mx));
+  return {mx, std::log(total)};
 }
 }  // namespace
 
@@ -264,7 +271,8 @@ void CrossEntropySoftmax::perform(const std::vector<Tensor>& in, std::vector<Ten
     using T = decltype(tag);
     T* po = out[0].data<T>();
     for_each_row<T>(x, labels, [&](const T* row, int64_t stride, int64_t n, int64_t label, int64_t i) {
-      po[i] = row_logsumexp(row, stride, n) - row[label * stride];
+      const RowLogSumExp<T> lse = row_logsumexp(row, stride, n);
+      po[i] = static_cast<T>(static_cast<double>(lse.max - row[label * stride]) + lse.log_sum);
     });
   });
 }
@@ -291,10 +299,11 @@ void CrossEntropySoftmaxGrad::perform(const std::vector<Tensor>& in, std::vector
     T* po = out[0].data<T>();
     const T* pg = reinterpret_cast<const T*>(g.storage()->data());
     for_each_row<T>(x, labels, [&](const T* row, int64_t stride, int64_t n, int64_t label, int64_t i) {
-      const T lse = row_logsumexp(row, stride, n);
+      const RowLogSumExp<T> lse = row_logsumexp(row, stride, n);
       const T gi = pg[g.offset() + i * g.strides()[0]];
       T* orow = po + i * n;
-      for (int64_t j = 0; j < n; ++j) orow[j] = gi * fastmath::exp(row[j * stride] - lse);
+      for (int64_t j = 0; j < n; ++j)
+        orow[j] = gi * static_cast<T>(std::exp(static_cast<double>(row[j * stride] - lse.max) - lse.log_sum));
       orow[label] -= gi;
     });
   });

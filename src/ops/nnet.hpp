@@ -9,6 +9,7 @@ class Softmax final : public Op {
   Softmax(int64_t axis, bool log) : axis_(axis), log_(log) {}
   int64_t axis() const { return axis_; }
   bool is_log() const { return log_; }
+  void params(OpParams& out) const override { out << axis_ << log_; }
   std::string name() const override { return std::string(log_ ? "log_softmax" : "softmax") + "{axis=" + std::to_string(axis_) + "}"; }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
@@ -32,6 +33,7 @@ class SoftmaxGrad final : public Op {
  public:
   explicit SoftmaxGrad(int64_t axis) : axis_(axis) {}
   int64_t axis() const { return axis_; }
+  void params(OpParams& out) const override { out << axis_; }
   std::string name() const override { return "softmax_grad{axis=" + std::to_string(axis_) + "}"; }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
@@ -46,6 +48,7 @@ class SoftmaxGrad final : public Op {
 // -log(probs[i, labels[i]]) per row; probs is N x C, labels N integers in [0, C).
 class CrossEntropy final : public Op {
  public:
+  void params(OpParams&) const override {}
   std::string name() const override { return "categorical_crossentropy"; }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
@@ -56,6 +59,7 @@ class CrossEntropy final : public Op {
 // Its gradient with respect to probs: -g[i] / probs[i, labels[i]] at the label, 0 elsewhere.
 class CrossEntropyGrad final : public Op {
  public:
+  void params(OpParams&) const override {}
   std::string name() const override { return "categorical_crossentropy_grad"; }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
@@ -67,6 +71,7 @@ class CrossEntropyGrad final : public Op {
 // Only like's shape is read, so no gradient flows to it.
 class OneHot final : public Op {
  public:
+  void params(OpParams&) const override {}
   std::string name() const override { return "onehot"; }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
@@ -77,6 +82,7 @@ class OneHot final : public Op {
 // categorical_crossentropy(softmax(x), labels) in one stable op: logsumexp(x_i) - x_i[label].
 class CrossEntropySoftmax final : public Op {
  public:
+  void params(OpParams&) const override {}
   std::string name() const override { return "crossentropy_softmax"; }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
@@ -87,6 +93,7 @@ class CrossEntropySoftmax final : public Op {
 // Its gradient with respect to x from (g, x, labels): g[i] * (softmax(x)_i - onehot(labels[i])).
 class CrossEntropySoftmaxGrad final : public Op {
  public:
+  void params(OpParams&) const override {}
   std::string name() const override { return "crossentropy_softmax_grad"; }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;

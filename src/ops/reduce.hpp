@@ -11,6 +11,7 @@ class Reduce final : public Op {
   ReduceKind kind() const { return kind_; }
   const std::vector<int64_t>& axes() const { return axes_; }
   bool keepdims() const { return keepdims_; }
+  void params(OpParams& out) const override { out << kind_ << axes_ << keepdims_; }
   std::string name() const override;
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
@@ -28,6 +29,7 @@ class Reduce final : public Op {
 class LogSumExp final : public Op {
  public:
   LogSumExp(std::vector<int64_t> axes, bool keepdims) : reduce_(ReduceKind::sum, axes, keepdims), axes_(std::move(axes)), keepdims_(keepdims) {}
+  void params(OpParams& out) const override { out << axes_ << keepdims_; }
   std::string name() const override;
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
@@ -47,6 +49,7 @@ class LogSumExp final : public Op {
 class SumToShape final : public Op {
  public:
   explicit SumToShape(std::vector<bool> broadcastable) : broadcastable_(std::move(broadcastable)) {}
+  void params(OpParams& out) const override { out << broadcastable_; }
   std::string name() const override {
     std::string s = "sum_to_shape{";
     for (bool b : broadcastable_) s += b ? "1" : "?";

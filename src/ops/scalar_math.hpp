@@ -8,9 +8,13 @@
 namespace kiln::fastmath {
 
 // Branch-free single-precision exp (Cephes range reduction + polynomial, ~1 ulp) that the
-// compiler can vectorize; libm's expf is a scalar call. Results below 2^-126 flush to zero.
+// compiler can vectorize; libm's expf is a scalar call. The power of two is applied as two
+// factors so that exp reaches FLT_MAX (2^128 alone is not a float); results below FLT_MIN flush
+// to zero.
 inline float exp_f32(float x) {
-  const float clamped = std::min(std::max(x, -87.3f), 88.7f);
+  constexpr float kLogMax = 88.72283905f;   // log(FLT_MAX)
+  constexpr float kLogMin = -87.33654475f;  // log(FLT_MIN)
+  const float clamped = std::min(std::max(x, kLogMin), kLogMax);
   // Round to nearest by adding and removing 1.5 * 2^23 (|v| < 2^22 here): std::floor would keep
   // GCC from vectorizing the loop under the default trapping-math rules.
   const float n = (clamped * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
@@ -23,10 +27,13 @@ inline float exp_f32(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  const float scale = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
-  float y = p * scale;
-  y = x > 88.7f ? std::numeric_limits<float>::infinity() : y;
-  y = x < -87.3f ? 0.0f : y;
+  const int32_t power = static_cast<int32_t>(n);  // in [-126, 128]
+  const int32_t half = power >> 1;
+  const float scale_low = std::bit_cast<float>((half + 127) << 23);
+  const float scale_high = std::bit_cast<float>((power - half + 127) << 23);
+  float y = (p * scale_low) * scale_high;
+  y = x > kLogMax ? std::numeric_limits<float>::infinity() : y;
+  y = x < kLogMin ? 0.0f : y;
   return x != x ? x : y;
 }
 

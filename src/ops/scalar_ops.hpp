@@ -20,7 +20,12 @@ bool is_variadic(ScalarOp op);  // add, mul
 // threads sooner). Returns false when op has no function for T. One table serves the tensor
 // kernels and the fused block interpreter.
 template <class T, class Body> bool visit_unary(ScalarOp op, Body&& body) {
-  if constexpr (!std::is_same_v<T, bool>) {
+  if constexpr (std::is_same_v<T, bool>) {  // NumPy: abs of a bool is itself (and so is max(x, 0))
+    if (op == ScalarOp::abs || op == ScalarOp::relu) {
+      body([](bool x) { return x; }, false);
+      return true;
+    }
+  } else {
     switch (op) {
       case ScalarOp::neg: body([](T x) { return static_cast<T>(-x); }, false); return true;
       case ScalarOp::sqr: body([](T x) { return static_cast<T>(x * x); }, false); return true;
@@ -56,6 +61,10 @@ template <class T, class Body> bool visit_binary(ScalarOp op, Body&& body) {
       case ScalarOp::ne: body([](bool x, bool y) { return x != y; }, false); return true;
       case ScalarOp::maximum: body([](bool x, bool y) { return x || y; }, false); return true;
       case ScalarOp::minimum: body([](bool x, bool y) { return x && y; }, false); return true;
+      case ScalarOp::lt: body([](bool x, bool y) { return !x && y; }, false); return true;
+      case ScalarOp::le: body([](bool x, bool y) { return !x || y; }, false); return true;
+      case ScalarOp::gt: body([](bool x, bool y) { return x && !y; }, false); return true;
+      case ScalarOp::ge: body([](bool x, bool y) { return x || !y; }, false); return true;
       default: return false;
     }
   } else {
@@ -79,6 +88,13 @@ template <class T, class Body> bool visit_binary(ScalarOp op, Body&& body) {
     }
     return false;
   }
+}
+
+// Whether op has a kernel for inputs of dtype T (cast, fill and where take every dtype).
+template <class T> bool has_kernel(ScalarOp op) {
+  if (op == ScalarOp::cast || op == ScalarOp::fill || op == ScalarOp::where) return true;
+  auto none = [](auto, bool) {};
+  return scalar_op_arity(op) == 1 ? visit_unary<T>(op, none) : visit_binary<T>(op, none);
 }
 
 }  // namespace kiln

@@ -120,15 +120,21 @@ std::vector<Shape> Reshape::infer_shapes(const std::vector<Shape>& in, const std
   } else {
     out = target_;
   }
+  auto refuse = [&](const std::string& why) {
+    throw ShapeError(name() + ": cannot reshape " + shape_str(xs) + " (" + std::to_string(n) + " elements) to " +
+                     shape_str(out) + why);
+  };
   int64_t known = 1, unknown = -1;
   for (size_t d = 0; d < out.size(); ++d) {
-    if (out[d] == -1) unknown = static_cast<int64_t>(d);
-    else known *= out[d];
+    if (out[d] == -1 && unknown < 0) unknown = static_cast<int64_t>(d);
+    else if (out[d] < 0) refuse(": a dimension is negative (only one -1 may stand for the rest)");
+    else if (__builtin_mul_overflow(known, out[d], &known)) refuse(": the product of its dimensions overflows");
   }
-  if (unknown >= 0 && known > 0 && n % known == 0) out[unknown] = n / known;
-  if (shape_numel(out) != n || (unknown >= 0 && known == 0))
-    throw ShapeError(name() + ": cannot reshape " + shape_str(xs) + " (" + std::to_string(n) + " elements) to " +
-                     shape_str(out));
+  if (unknown >= 0) {
+    if (known == 0 || n % known != 0) refuse("");
+    out[unknown] = n / known;
+  }
+  if (shape_numel(out) != n) refuse("");
   return {out};
 }
 

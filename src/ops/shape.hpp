@@ -8,6 +8,7 @@ class DimShuffle final : public Op {
  public:
   explicit DimShuffle(std::vector<int64_t> pattern) : pattern_(std::move(pattern)) {}
   const std::vector<int64_t>& pattern() const { return pattern_; }
+  void params(OpParams& out) const override { out << pattern_; }
   std::string name() const override;
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
@@ -26,6 +27,7 @@ class Reshape final : public Op {
  public:
   Reshape(Shape target, int64_t ndim, int64_t flatten_to) : target_(std::move(target)), ndim_(ndim), flatten_to_(flatten_to) {}
   bool flattens() const { return flatten_to_ > 0; }  // its target depends on the input's shape
+  void params(OpParams& out) const override { out << target_ << ndim_ << flatten_to_; }
   std::string name() const override;
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
@@ -43,6 +45,7 @@ class Reshape final : public Op {
 
 class ShapeOf final : public Op {
  public:
+  void params(OpParams&) const override {}
   std::string name() const override { return "shape"; }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
@@ -59,6 +62,7 @@ class InferredShape final : public Op {
  public:
   InferredShape(std::shared_ptr<const Op> op, int index, int64_t ndim, std::vector<bool> value_inputs)
       : op_(std::move(op)), index_(index), ndim_(ndim), value_inputs_(std::move(value_inputs)) {}
+  void params(OpParams& out) const override { out << *op_ << index_ << ndim_ << value_inputs_; }
   std::string name() const override { return "inferred_shape{" + op_->name() + "," + std::to_string(index_) + "}"; }
   std::vector<Type> infer_types(const std::vector<Type>&) const override { return {Type{DType::i64, {false}}}; }
   std::vector<Shape> infer_shapes(const std::vector<Shape>&, const std::vector<const Tensor*>&) const override {

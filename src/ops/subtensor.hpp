@@ -14,11 +14,17 @@ struct IndexEntry {
   bool operator==(const IndexEntry&) const = default;
 };
 
+inline void write_entries(OpParams& out, const std::vector<IndexEntry>& entries) {
+  out << entries.size();
+  for (const IndexEntry& e : entries) out << e.is_integer << e.index << e.start << e.stop << e.step;
+}
+
 // x[entries]: always a view.
 class Subtensor final : public Op {
  public:
   explicit Subtensor(std::vector<IndexEntry> entries) : entries_(std::move(entries)) {}
   const std::vector<IndexEntry>& entries() const { return entries_; }
+  void params(OpParams& out) const override { write_entries(out, entries_); }
   std::string name() const override;
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
@@ -34,6 +40,7 @@ class Subtensor final : public Op {
 class IncSubtensor final : public Op {
  public:
   IncSubtensor(std::vector<IndexEntry> entries, bool set) : entries_(std::move(entries)), set_(set) {}
+  void params(OpParams& out) const override { write_entries(out, entries_); out << set_; }
   std::string name() const override;
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
@@ -51,6 +58,7 @@ class Take final : public Op {
  public:
   explicit Take(int64_t axis) : axis_(axis) {}
   int64_t axis() const { return axis_; }
+  void params(OpParams& out) const override { out << axis_; }
   std::string name() const override { return "take{axis=" + std::to_string(axis_) + "}"; }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
@@ -66,6 +74,7 @@ class Take final : public Op {
 class TakeInc final : public Op {
  public:
   TakeInc(int64_t axis, bool set) : axis_(axis), set_(set) {}
+  void params(OpParams& out) const override { out << axis_ << set_; }
   std::string name() const override { return std::string(set_ ? "set" : "inc") + "_take{axis=" + std::to_string(axis_) + "}"; }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
@@ -83,6 +92,7 @@ class TakeInc final : public Op {
 class LastOccurrence final : public Op {
  public:
   explicit LastOccurrence(int64_t axis) : axis_(axis) {}
+  void params(OpParams& out) const override { out << axis_; }
   std::string name() const override { return "last_occurrence{axis=" + std::to_string(axis_) + "}"; }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;

@@ -42,8 +42,19 @@ std::string shape_str(const Shape& shape) {
 
 int64_t shape_numel(const Shape& shape) {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape) {
+    if (d < 0) throw ShapeError("shape " + shape_str(shape) + " has a negative dimension");
+    if (__builtin_mul_overflow(n, d, &n))
+      throw ShapeError("shape " + shape_str(shape) + " has more elements than a 64-bit count can hold");
+  }
   return n;
+}
+
+int64_t shape_nbytes(const Shape& shape, DType dtype) {
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(shape_numel(shape), static_cast<int64_t>(dtype_size(dtype)), &bytes))
+    throw ShapeError("shape " + shape_str(shape) + " of " + dtype_name(dtype) + " needs more bytes than a 64-bit count can hold");
+  return bytes;
 }
 
 Shape contiguous_strides(const Shape& shape) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "kiln/tensor.hpp"
+#include "tensor/parallel.hpp"
 
 namespace kiln {
 
@@ -47,8 +48,8 @@ void run_loop_range(const StridedLoop<K>& loop, int64_t outer_begin, int64_t out
                     int64_t inner_end, Inner&& inner) {
   const int64_t nd = static_cast<int64_t>(loop.shape.size());
   std::array<int64_t, K> steps{};
-  if (nd == 0) {
-    inner(int64_t{1}, loop.base, steps);
+  if (nd == 0) {  // one element: it belongs to the range that holds position 0 of both loops
+    if (outer_begin < outer_end && inner_begin < inner_end) inner(int64_t{1}, loop.base, steps);
     return;
   }
   for (size_t k = 0; k < K; ++k) steps[k] = loop.strides[k][nd - 1];
@@ -80,17 +81,13 @@ void run_loop(const StridedLoop<K>& loop, Inner inner, int64_t parallel_threshol
     return;
   }
   if (n_outer >= threads) {
-#pragma omp parallel num_threads(threads)
-    {
-      const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    parallel_region(threads, [&](int t, int nt) {
       run_loop_range(loop, n_outer * t / nt, n_outer * (t + 1) / nt, 0, n_inner, inner);
-    }
+    });
   } else {
-#pragma omp parallel num_threads(threads)
-    {
-      const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    parallel_region(threads, [&](int t, int nt) {
       run_loop_range(loop, 0, n_outer, n_inner * t / nt, n_inner * (t + 1) / nt, inner);
-    }
+    });
   }
 }
 

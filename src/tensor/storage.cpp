@@ -1,6 +1,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
+#include <string>
 #include <new>
 #include <unordered_map>
 #include <vector>
@@ -81,7 +82,13 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes) {
   const size_t rounded = rounded_size(nbytes);
   void* p = take_cached(rounded);
   if (!p) p = std::aligned_alloc(kAlignment, rounded);
-  if (!p) throw std::bad_alloc();
+  if (!p) {  // the cached blocks may be what stands in the way
+    release_cached_memory();
+    p = std::aligned_alloc(kAlignment, rounded);
+  }
+  if (!p)
+    throw MemoryError("out of memory: the system refused " + std::to_string(nbytes) + " bytes (" +
+                      std::to_string(static_cast<double>(nbytes) / double(1 << 30)) + " GiB)");
   auto& c = counters();
   raise_peak(c.bytes_in_use.fetch_add(static_cast<int64_t>(nbytes)) + static_cast<int64_t>(nbytes));
   c.n_allocations.fetch_add(1, std::memory_order_relaxed);

@@ -20,7 +20,35 @@ void Tensor::check_dtype(DType expected) const {
                     ", but T is " + dtype_name(expected) + "; use to<T>() or to_vector<T>() to convert");
 }
 
+namespace {
+// A view must name elements of its storage only: ranks agree, sizes are non-negative and their
+// product fits, and every element it can reach lies inside the storage's bytes.
+void check_view(const Storage* storage, DType dtype, const Shape& shape, const Shape& strides, int64_t offset) {
+  auto fail = [&](const std::string& why) {
+    throw ShapeError("Tensor view " + std::string(dtype_name(dtype)) + shape_str(shape) + " with strides " +
+                     shape_str(strides) + " at offset " + std::to_string(offset) + ": " + why);
+  };
+  if (shape.size() != strides.size())
+    fail("has " + std::to_string(shape.size()) + " dimensions but " + std::to_string(strides.size()) + " strides");
+  const int64_t n = shape_numel(shape);
+  if (offset < 0) fail("the offset is negative");
+  if (n == 0 || !storage) return;
+  int64_t lo = offset, hi = offset;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    int64_t span = 0;
+    if (__builtin_mul_overflow(shape[d] - 1, strides[d], &span) || __builtin_add_overflow(span < 0 ? lo : hi, span, span < 0 ? &lo : &hi))
+      fail("its extent overflows");
+  }
+  const int64_t es = static_cast<int64_t>(dtype_size(dtype));
+  int64_t end = 0;
+  if (lo < 0 || __builtin_mul_overflow(hi + 1, es, &end) || end > static_cast<int64_t>(storage->nbytes()))
+    fail("reaches elements " + std::to_string(lo) + " to " + std::to_string(hi) + ", outside its storage of " +
+         std::to_string(storage->nbytes() / static_cast<size_t>(es)) + " elements");
+}
+}  // namespace
+
 Tensor Tensor::view_of(std::shared_ptr<Storage> storage, DType dtype, Shape shape, Shape strides, int64_t offset) {
+  check_view(storage.get(), dtype, shape, strides, offset);
   Tensor t;
   t.impl_ = std::make_shared<Impl>();
   t.impl_->storage = std::move(storage);
@@ -32,9 +60,13 @@ Tensor Tensor::view_of(std::shared_ptr<Storage> storage, DType dtype, Shape shap
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype) {
-  for (int64_t d : shape)
-    if (d < 0) throw ShapeError("Tensor: negative dimension in shape " + shape_str(shape));
-  auto storage = Storage::allocate(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype));
+  const int64_t bytes = shape_nbytes(shape, dtype);
+  std::shared_ptr<Storage> storage;
+  try {
+    storage = Storage::allocate(static_cast<size_t>(bytes));
+  } catch (const MemoryError& e) {
+    throw MemoryError(std::string(e.what()) + " for a tensor " + dtype_name(dtype) + shape_str(shape));
+  }
   return view_of(std::move(storage), dtype, shape, contiguous_strides(shape), 0);
 }
 
@@ -66,8 +98,9 @@ template <class T> Tensor Tensor::from(const std::vector<T>& data, const Shape& 
 }
 
 Tensor Tensor::wrap_bytes(void* data, const Shape& shape, DType dtype) {
-  size_t nbytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
-  return view_of(Storage::borrow(data, nbytes), dtype, shape, contiguous_strides(shape), 0);
+  const int64_t nbytes = shape_nbytes(shape, dtype);
+  if (!data && nbytes > 0) throw Error("Tensor::wrap: a null pointer cannot hold " + std::string(dtype_name(dtype)) + shape_str(shape));
+  return view_of(Storage::borrow(data, static_cast<size_t>(nbytes)), dtype, shape, contiguous_strides(shape), 0);
 }
 
 int64_t Tensor::numel() const { return shape_numel(impl().shape); }
