@@ -29,6 +29,7 @@ set(KILN_SOURCES
   src/rewrite/fusion.cpp
   src/compile/verify_grad.cpp
   src/compile/mode.cpp
+  src/compile/reference.cpp
   src/compile/runtime.cpp
   src/compile/schedule.cpp
   src/compile/plan.cpp

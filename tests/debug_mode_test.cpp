@@ -84,3 +84,24 @@ TEST(DebugMode, NanGuardNamesTheFirstOp) {
   Function plain = function({x}, {y}, {.mode = Mode::debug()});
   EXPECT_TRUE(std::isnan(plain(Tensor::from({-1.0}, {1}))[0].item<double>()));
 }
+
+// Issue 9, item 18: the debug mode ran the untaken branch of an ifelse (a call that plain and
+// fast_run answer failed), and flagged the more exact stabilized log(1 - sigmoid(28)) as a bad
+// optimization because it compared against the unstable graph's value.
+TEST(DebugMode, RunsOnlyTheTakenBranch) {
+  Var c = scalar("c", b8), x = vector("x");
+  Var z = ifelse(c, x * 2.0, zeros_like(x) + take(x, constant(Tensor::from(std::vector<int64_t>{5}))));
+  Function f = function({c, x}, {z}, {.mode = Mode::debug()});
+  expect_values(f(Tensor::scalar(true), Tensor::from({1.f, 2.f, 3.f}, {3}))[0], {2, 4, 6});
+  expect_error<ShapeError>([&] { f(Tensor::scalar(false), Tensor::from({1.f, 2.f, 3.f}, {3})); }, {"index 5"});
+}
+
+TEST(DebugMode, AMoreExactRewriteIsNotABadOptimization) {
+  for (DType dtype : {f64, f32}) {
+    Var x = vector("x", dtype);
+    Function f = function({x}, {log(1.0 - sigmoid(x)), log(sigmoid(x)), log(1.0 + exp(x))}, {.mode = Mode::debug()});
+    auto o = f(Tensor::from({28.0, -28.0, 0.5}, {3}).to(dtype));
+    EXPECT_NEAR(o[0].to_vector<double>()[0], -28.0, 1e-6) << dtype_name(dtype);
+    EXPECT_NEAR(o[1].to_vector<double>()[1], -28.0, 1e-6) << dtype_name(dtype);
+  }
+}

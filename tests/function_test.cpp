@@ -32,14 +32,37 @@ TEST(Function, Givens) {
   expect_values(f(Tensor::from({1.0, 2.0}, {2}))[0], {11, 22});
 }
 
+// Issue 9, item 2: a replacement of another type was accepted: an f64 value read as f32 bits gave
+// sum(x * 2) = 3.75 instead of 6, and a vector standing for a matrix made transpose return (0, 3).
+TEST(Function, GivensMustKeepTheReplacedVariablesType) {
+  Var x = matrix("x"), y = matrix("y", f64), v = vector("v");
+  expect_error<TypeError>([&] { function({y}, {sum(x * 2)}, {.givens = {{x, y}}}); },
+                          {"givens", "'x' f32[?,?]", "f64[?,?]", "cast"});
+  expect_error<TypeError>([&] { function({v}, {transpose(x)}, {.givens = {{x, v}}}); }, {"givens", "'x' f32[?,?]", "f32[?]"});
+  Var row = tensor(f32, {true, false}, "row");
+  expect_error<TypeError>([&] { function({x}, {row + 1.0}, {.givens = {{row, x}}}); }, {"broadcastable"});
+  // A replacement with more broadcastable axes, or a bare number of the same kind, is fine.
+  Function ok = function({row}, {sum(x * 2)}, {.givens = {{x, row}}});
+  expect_values(ok(Tensor::ones({1, 3}))[0], {6});
+  Var s = scalar("s");
+  expect_values(function({x}, {x * s}, {.givens = {{s, 3.0}}})(Tensor::ones({1, 2}))[0], {3, 3});
+}
+
+// Issue 9, item 14: whether an input converts depended on its values (i64 accepted or refused by
+// its numbers); it is decided by the dtypes alone, as Theano does.
 TEST(Function, InputConversionRules) {
-  Var x = vector("x", f64), s = vector("s", f32);
+  Var x = vector("x", f64), s = vector("s", f32), n = vector("n", i64);
   Function f = function({x}, {x * 2.0});
   expect_values(f(Tensor::from(std::vector<int32_t>{1, 2}))[0], {2, 4});
   expect_values(f(Tensor::from({1.5f}, {1}))[0], {3});
+  expect_values(f(Tensor::from(std::vector<bool>{true, false}))[0], {2, 0});
+  expect_error<TypeError>([&] { f(Tensor::from(std::vector<int64_t>{3})); }, {"i64", "expected f64", "to(f64)"});
   Function g = function({s}, {s * 2.0});
-  expect_values(g(Tensor::from(std::vector<int32_t>{3}))[0], {6});
-  expect_error<TypeError>([&] { g(Tensor::from(std::vector<int32_t>{16777217})); }, {"lose information"});
+  expect_error<TypeError>([&] { g(Tensor::from(std::vector<int32_t>{3})); }, {"i32", "expected f32"});
+  expect_error<TypeError>([&] { g(Tensor::from(std::vector<int32_t>{16777217})); }, {"i32", "expected f32"});
+  Function h64 = function({n}, {n * 2});
+  expect_values(h64(Tensor::from(std::vector<int32_t>{-3}))[0], {-6});
+  expect_error<TypeError>([&] { function({vector("i", i32)}, {vector("i", i32) * 1})(Tensor::from(std::vector<int64_t>{1})); }, {});
   expect_error<TypeError>([&] { g(Tensor::from({1.0}, {1})); }, {"input 0", "'s'", "f64", "expected f32"});
   expect_error<TypeError>([&] { g(Tensor::zeros({1, 1})); }, {"input 0", "expects 1 dimensions"});
   expect_error<TypeError>([&] { g(); }, {"expects 1 inputs (s), got 0"});

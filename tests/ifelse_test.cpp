@@ -78,3 +78,16 @@ TEST(IfElse, DebugModeAndErrors) {
   Function g = function({c, x}, {z});
   expect_error<TypeError>([&] { g(Tensor::from({1.0, 0.0}, {2}), Tensor::from({1.0}, {1})); }, {"input 0", "'c'", "0 dimensions"});
 }
+
+// Issue 9, item 10: constant folding ran the untaken branch: fast_run failed to compile a graph
+// that plain runs, because a constant take in the other branch was out of range.
+TEST(IfElse, FoldingNeverTurnsABranchsRunTimeErrorIntoACompileError) {
+  Var c = scalar("c", b8), x = vector("x");
+  Var out_of_range = take(constant(Tensor::from({1.f, 2.f, 3.f}, {3})), constant(Tensor::from(std::vector<int64_t>{5})));
+  for (Mode mode : {Mode::fast_run(), Mode::fast_compile(), plain_mode()}) {
+    Function f = function({c, x}, {ifelse(c, x * 2.0, out_of_range)}, {.mode = mode});
+    expect_values(f(Tensor::scalar(true), Tensor::from({1.f, 2.f, 3.f}, {3}))[0], {2, 4, 6});
+    expect_error<ShapeError>([&] { f(Tensor::scalar(false), Tensor::from({1.f, 2.f, 3.f}, {3})); },
+                             {"index 5 is out of bounds", "ifelse_test.cpp"});
+  }
+}

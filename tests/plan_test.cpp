@@ -310,3 +310,19 @@ TEST(Planner, BorrowedOutputsInAKeptArenaAllocateNothing) {
   Tensor a = g(xv)[0], b = g(xv)[0];
   EXPECT_FALSE(a.shares_memory(b));
 }
+
+// Issue 9, item 15: a function whose planned temporaries were all empty never allocated its arena,
+// and kernels wrote through a null pointer (SIGSEGV).
+TEST(Planner, FunctionsWhoseTemporariesAreEmptyRun) {
+  Var x = vector("x");
+  const Tensor xv = Tensor::from({1.f, 2.f, 3.f}, {3});
+  for (Mode mode : {Mode::fast_run(), plain_mode()}) {
+    Var s = slice(x, 0, 0, 1, 1);
+    expect_values(function({x}, {inc_subtensor(s, -s)}, {.mode = mode})(xv)[0], {0, 2, 3});
+    Function empty = function({x}, {Out(slice(x, 0, 0, 0, 1) + 1.0, {.borrow = true})}, {.mode = mode, .keep_buffers = true});
+    EXPECT_EQ(empty(xv)[0].shape(), (Shape{0}));
+    EXPECT_EQ(empty(xv)[0].shape(), (Shape{0}));
+    Var c = scalar("c");
+    EXPECT_EQ(function({c}, {grad(c * ifelse(c, c, c), c)}, {.mode = mode})(Tensor::scalar(1.f))[0].item<float>(), 2.f);
+  }
+}

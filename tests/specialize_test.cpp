@@ -69,3 +69,18 @@ TEST(Specialize, TrainingStepUsesGemmForEveryUpdate) {
   EXPECT_EQ(count_op(f, "dot"), 1) << f.graph_text();  // the input gradient of layer 2
   EXPECT_EQ(count_op(f, "gemm"), 4);                    // two forward products with bias, two updates
 }
+
+// Issue 9, item 17: c + dot(A, B) became a gemm even when c is larger than the product (which then
+// broadcasts): fast_run raised a ShapeError where plain gave {11, 12, 23, 24, 35, 36}.
+TEST(Specialize, GemmKeepsTheSumsValueWhenTheProductBroadcasts) {
+  Var c = matrix("c"), a = matrix("a"), b = matrix("b");
+  const Tensor cv = Tensor::from({1.f, 2.f, 3.f, 4.f, 5.f, 6.f}, {3, 2});
+  const Tensor av = Tensor::from({1.f, 2.f, 3.f}, {3, 1}), bv = Tensor::from({10.f}, {1, 1});
+  compare_with_plain({c, a, b}, {c + dot(a, b), c - 2.0 * dot(a, b), dot(a, b) + c}, {cv, av, bv});
+  expect_values(function({c, a, b}, {c + dot(a, b)})(cv, av, bv)[0], {11, 12, 23, 24, 35, 36});
+  compare_with_plain({c, a, b}, {c + dot(a, b)}, {cv, random_tensor({3, 4}, f32), random_tensor({4, 2}, f32)}, 1e-6);
+  verify_grad([&](std::vector<Var> v) {
+    return apply1(std::make_shared<Gemm>(), {v[0], v[1], v[2], v[3], v[4]}, Loc::current());
+  }, {random_tensor({3, 2}), random_tensor({3, 4}, f64, -1, 1, 2), random_tensor({4, 1}, f64, -1, 1, 3),
+      Tensor::full({}, 0.7, f64), Tensor::full({}, 1.3, f64)});
+}

@@ -8,11 +8,13 @@
 #include <numeric>
 #include <optional>
 #include <sstream>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "compile/plan.hpp"
 #include "compile/program.hpp"
+#include "compile/reference.hpp"
 #include "compile/schedule.hpp"
 #include "graph/op.hpp"
 #include "rewrite/engine.hpp"
@@ -36,10 +38,13 @@ struct FunctionImpl {
   std::optional<OpChecks> op_checks;  // Mode::debug(): an unplanned, op-checked reference run first
   bool trust_input = false;
   CompileReport report;
-  // Mode::debug(): every replacement made while compiling, and a program computing both sides.
+  // Mode::debug(): every replacement made while compiling, and a program computing both sides
+  // and the values the old side's elementwise part reads (compile/reference.hpp).
   struct Replacement {
     std::string rewrite;
     Var old_value, new_value;
+    std::vector<Var> boundary;
+    size_t first_boundary_result = 0;
   };
   std::vector<Replacement> replacements;
   Program check_program;
@@ -48,14 +53,16 @@ struct FunctionImpl {
   std::vector<int> update_of_shared;
   std::vector<int> shared_of_update;  // per update: its variable's shared slot index, or -1
   std::vector<size_t> shared_order;   // shared slot indices by container address: the order of holds
-  // Plans per signature (input and shared-variable shapes) and per set of shared variables the
-  // call may overwrite, and arenas kept between calls.
+  // Plans per signature (input and shared-variable shapes) and per set of lent buffers (the
+  // borrowed inputs, then the updated shared variables, that this call may overwrite), and the
+  // arena each thread keeps between its calls: a borrowed output stays valid until the same
+  // thread calls again.
   mutable std::mutex plan_mutex;
   mutable std::map<std::pair<std::vector<Shape>, std::vector<bool>>, std::shared_ptr<const MemoryPlan>> plans;
-  mutable std::vector<std::shared_ptr<Storage>> kept_arenas;
+  mutable std::unordered_map<std::thread::id, std::shared_ptr<Storage>> kept_arenas;
   // The plan of the last call: a steady loop finds it again without building a key.
   mutable std::shared_ptr<const MemoryPlan> last_plan;
-  mutable std::vector<bool> last_overwritable;
+  mutable std::vector<bool> last_lent;
   // FunctionOptions::profile: per instruction, over all calls.
   bool profiling = false;
   mutable std::mutex profile_mutex;
@@ -63,18 +70,19 @@ struct FunctionImpl {
   mutable int64_t profiled_calls = 0;
 
   std::shared_ptr<const MemoryPlan> plan_for(const std::vector<Shape>& inputs, const std::vector<Shape>& shared,
-                                             const std::vector<bool>& overwritable) const {
-    std::pair<std::vector<Shape>, std::vector<bool>> key{inputs, overwritable};
+                                             const std::vector<bool>& lent) const {
+    std::pair<std::vector<Shape>, std::vector<bool>> key{inputs, lent};
     key.first.insert(key.first.end(), shared.begin(), shared.end());
     std::lock_guard lock(plan_mutex);
     auto it = plans.find(key);
     if (it != plans.end()) return it->second;
     PlanOptions options;
-    for (const In& in : this->inputs) options.borrowed_inputs.push_back(in.borrow);
+    const size_t n_in = this->inputs.size();
+    options.borrowed_inputs.assign(lent.begin(), lent.begin() + static_cast<int64_t>(n_in));
     for (const Out& out : outputs) options.kept_outputs.push_back(keep_buffers && out.borrow);
-    for (size_t i = 0; i < overwritable.size(); ++i)
+    for (size_t i = 0; i + n_in < lent.size(); ++i)
       options.overwritable_shared.push_back(
-          overwritable[i] ? program().result_slots[outputs.size() + static_cast<size_t>(update_of_shared[i])] : -1);
+          lent[n_in + i] ? program().result_slots[outputs.size() + static_cast<size_t>(update_of_shared[i])] : -1);
     MemoryPlan best = plan_memory(schedules[0], inputs, shared, options);
     std::vector<std::pair<std::string, int64_t>> tried{{schedule_names[0], best.report.planned_peak_bytes}};
     for (size_t i = 1; i < schedules.size(); ++i) {
@@ -90,13 +98,13 @@ struct FunctionImpl {
     plans.emplace(std::move(key), plan);
     return plan;
   }
-  // The plan for a call's values: the last call's when the shapes and the overwritable shared
-  // variables are the same (compared in place, nothing allocated), else from the cache.
+  // The plan for a call's values: the last call's when the shapes and the lent buffers are the
+  // same (compared in place, nothing allocated), else from the cache.
   std::shared_ptr<const MemoryPlan> plan_for_call(const std::vector<Tensor>& slots, const std::vector<Tensor>& shared,
-                                                  const std::vector<bool>& overwritable) const {
+                                                  const std::vector<bool>& lent) const {
     {
       std::lock_guard lock(plan_mutex);
-      if (last_plan && last_overwritable == overwritable) {
+      if (last_plan && last_lent == lent) {
         const std::vector<Shape>& signature = last_plan->signature;
         bool same = true;
         for (size_t i = 0; same && i < program().input_slots.size(); ++i) same = signature[i] == slots[program().input_slots[i]].shape();
@@ -107,32 +115,31 @@ struct FunctionImpl {
     std::vector<Shape> input_shapes, shared_shapes;
     for (int s : program().input_slots) input_shapes.push_back(slots[s].shape());
     for (const Tensor& t : shared) shared_shapes.push_back(t.shape());
-    auto plan = plan_for(input_shapes, shared_shapes, overwritable);
+    auto plan = plan_for(input_shapes, shared_shapes, lent);
     std::lock_guard lock(plan_mutex);
     last_plan = plan;
-    last_overwritable = overwritable;
+    last_lent = lent;
     return plan;
   }
-  // The shared variables a call may overwrite when nobody else refers to their buffers.
-  std::vector<bool> updated_shared() const {
-    std::vector<bool> updated;
-    for (int u : update_of_shared) updated.push_back(u >= 0);
-    return updated;
+  // What a call may overwrite in the steady state: every borrowed input and updated variable.
+  std::vector<bool> all_lendable() const {
+    std::vector<bool> lent;
+    for (const In& in : inputs) lent.push_back(in.borrow);
+    for (int u : update_of_shared) lent.push_back(u >= 0);
+    return lent;
   }
-  std::shared_ptr<Storage> take_arena(int64_t bytes) const {
+  // This thread's kept arena when it is large enough and no input lies in it (a borrowed output
+  // of the last call passed back in); else a new one, kept from now on.
+  std::shared_ptr<Storage> thread_arena(const MemoryPlan& plan, const std::vector<Tensor>& args) const {
     std::lock_guard lock(plan_mutex);
-    for (size_t i = 0; i < kept_arenas.size(); ++i)
-      if (static_cast<int64_t>(kept_arenas[i]->nbytes()) >= bytes) {
-        auto arena = kept_arenas[i];
-        kept_arenas.erase(kept_arenas.begin() + static_cast<int64_t>(i));
-        return arena;
-      }
-    return bytes > 0 ? Storage::allocate(static_cast<size_t>(bytes)) : nullptr;
-  }
-  void keep_arena(std::shared_ptr<Storage> arena) const {
-    if (!arena) return;
-    std::lock_guard lock(plan_mutex);
-    kept_arenas.push_back(std::move(arena));
+    std::shared_ptr<Storage>& arena = kept_arenas[std::this_thread::get_id()];
+    bool usable = arena && static_cast<int64_t>(arena->nbytes()) >= plan.arena_bytes;
+    if (usable) {
+      const Tensor whole = Tensor::view_of(arena, DType::b8, {static_cast<int64_t>(arena->nbytes())}, {1}, 0);
+      for (const Tensor& a : args) usable = usable && !a.shares_memory(whole);
+    }
+    if (!usable) arena = plan.uses_arena ? Storage::allocate(static_cast<size_t>(plan.arena_bytes)) : nullptr;
+    return arena;
   }
 };
 
@@ -184,6 +191,31 @@ void validate(const std::vector<In>& inputs, const std::vector<Out>& outputs, co
       throw TypeError("function: the update of shared variable " + name + " " + s.type().str() + " has type " +
                       value.type().str() + "; an update must keep the dtype and number of dimensions (use cast)");
   }
+}
+
+// A replacement must have the replaced variable's type: its dtype, its ndim, and every axis the
+// variable declares broadcastable (it may declare more). A bare number takes the variable's dtype.
+Givens checked_givens(const Givens& givens) {
+  Givens checked;
+  for (size_t i = 0; i < givens.size(); ++i) {
+    auto [var, replacement] = givens[i];
+    if (!var.defined() || !replacement.defined())
+      throw TypeError("function: givens entry " + std::to_string(i) + " has an empty Var");
+    const Type &want = var.type(), &got = replacement.type();
+    const Variable& number = *replacement.get();
+    if (number.weak && number.constant && got.ndim() == want.ndim() && want.dtype != got.dtype &&
+        (is_float(want.dtype) || !is_float(got.dtype)))
+      replacement = constant(number.constant->to(want.dtype));
+    bool fits = replacement.dtype() == want.dtype && got.ndim() == want.ndim();
+    for (int64_t d = 0; fits && d < want.ndim(); ++d) fits = !want.broadcastable[d] || got.broadcastable[d];
+    if (!fits)
+      throw TypeError("function: givens entry " + std::to_string(i) + " replaces '" + var.get()->label() + "' " +
+                      want.str() + " with a value of type " + got.str() + "; a replacement must have the same dtype " +
+                      "and number of dimensions, and be broadcastable wherever the replaced variable is (cast, " +
+                      "reshape or dimshuffle it first)");
+    checked.push_back({var, replacement});
+  }
+  return checked;
 }
 
 void check_leaves(const FunctionGraph& graph, const std::vector<In>& inputs, bool allow_unused) {
@@ -259,8 +291,8 @@ class MemoryIndex {
   std::vector<size_t> borrowed_;
 };
 
-// Whether a rewrite's new value may stand for the old one: equal within the dtype's precision.
-// Where the old value is not finite (the overflow a stabilizing rewrite removes), any value may.
+// Whether a value may stand for another: equal within the dtype's precision. Where the old value
+// is not finite (the overflow a stabilizing rewrite removes), any value may.
 std::optional<std::string> value_difference(const Tensor& old_value, const Tensor& new_value) {
   if (old_value.shape() != new_value.shape())
     return "shape " + shape_str(new_value.shape()) + " instead of " + shape_str(old_value.shape());
@@ -275,6 +307,28 @@ std::optional<std::string> value_difference(const Tensor& old_value, const Tenso
   return std::nullopt;
 }
 
+// Whether a rewrite's new value may stand for the old one. An elementwise old value is judged by
+// its long double value (the reference), within the dtype's tolerance plus the reference's own
+// error, estimated from the old value's: long double carries 11 more bits than f64.
+std::optional<std::string> rewrite_difference(const Tensor& old_value, const Tensor& new_value, const Var& old_var,
+                                              const std::vector<Var>& boundary, const std::vector<Tensor>& boundary_values) {
+  if (boundary.empty() || !is_float(old_value.dtype()) || old_value.shape() != new_value.shape())
+    return value_difference(old_value, new_value);
+  const std::vector<long double> reference = long_double_value(old_var, boundary, boundary_values, old_value.shape());
+  const bool single = old_value.dtype() == DType::f32 || new_value.dtype() == DType::f32;
+  const long double rtol = single ? 1e-4 : 1e-7, atol = single ? 1e-5 : 1e-9;
+  const auto a = old_value.to_vector<double>(), b = new_value.to_vector<double>();
+  for (size_t i = 0; i < a.size(); ++i) {
+    const long double r = reference[i];
+    if (!std::isfinite(r)) continue;
+    const long double own_error = std::isfinite(a[i]) ? std::fabs(static_cast<long double>(a[i]) - r) / 2048 : 0;
+    if (std::fabs(static_cast<long double>(b[i]) - r) <= atol + rtol * std::fabs(r) + 2 * own_error) continue;
+    return "element " + std::to_string(i) + " is " + std::to_string(b[i]) + " instead of " + std::to_string(a[i]) +
+           " (" + std::to_string(static_cast<double>(r)) + " in long double)";
+  }
+  return std::nullopt;
+}
+
 void check_rewrites(const FunctionImpl& f, const std::vector<Tensor>& call_slots) {
   const Program& check = f.check_program;
   std::vector<Tensor> slots(check.n_slots);
@@ -283,12 +337,24 @@ void check_rewrites(const FunctionImpl& f, const std::vector<Tensor>& call_slots
     for (const auto& [call_slot, call_container] : f.program().shared_slots)
       if (call_container == container) slots[s] = call_slots[call_slot];
   for (const auto& [s, value] : check.constant_slots) slots[s] = value;
-  run_planned(check, unplanned(check), slots, nullptr);
+  // A side that fails to compute may belong to a branch no call takes: only what the old side
+  // computes is judged, and a new side must compute wherever the old one does.
+  std::vector<std::string> failures;
+  run_planned(check, unplanned(check), slots, nullptr, {.failures = &failures});
   for (size_t k = 0; k < f.replacements.size(); ++k) {
     const auto& r = f.replacements[k];
-    const Tensor& before = slots[check.result_slots[2 * k]];
-    const Tensor& after = slots[check.result_slots[2 * k + 1]];
-    if (auto difference = value_difference(before, after)) {
+    const int old_slot = check.result_slots[2 * k], new_slot = check.result_slots[2 * k + 1];
+    if (!failures[old_slot].empty()) continue;
+    std::optional<std::string> difference;
+    if (!failures[new_slot].empty()) {
+      difference = "the new value fails where the old one did not: " + failures[new_slot];
+    } else {
+      std::vector<Tensor> boundary_values;
+      for (size_t b = 0; b < r.boundary.size(); ++b)
+        boundary_values.push_back(slots[check.result_slots[r.first_boundary_result + b]]);
+      difference = rewrite_difference(slots[old_slot], slots[new_slot], r.old_value, r.boundary, boundary_values);
+    }
+    if (difference) {
       const Node* node = r.old_value.get()->owner;
       throw BadOptimization("rewrite '" + r.rewrite + "' changed a value: it replaced " +
                             (node ? node->op->name() + " (built at " + node->where() + ")" : r.old_value.get()->label()) +
@@ -314,7 +380,7 @@ Function function(std::vector<In> inputs, std::vector<Out> outputs, FunctionOpti
   for (const auto& u : f->updates) result_vars.push_back(u.second);
 
   const auto start = std::chrono::steady_clock::now();
-  f->graph = std::make_unique<FunctionGraph>(input_vars, result_vars, options.givens);
+  f->graph = std::make_unique<FunctionGraph>(input_vars, result_vars, checked_givens(options.givens));
   trace_stage("clone", f->graph->outputs());
   const auto& checks = f->mode.checks();
   if (checks && checks->rewrites)
@@ -350,12 +416,17 @@ Function function(std::vector<In> inputs, std::vector<Out> outputs, FunctionOpti
   f->profiling = options.profile;
   for (const Program& schedule : f->schedules) f->times.emplace_back(schedule.code.size());
   if (!f->replacements.empty()) {
-    std::vector<Var> sides;
+    std::vector<Var> results;
     for (const auto& r : f->replacements) {
-      sides.push_back(r.old_value);
-      sides.push_back(r.new_value);
+      results.push_back(r.old_value);
+      results.push_back(r.new_value);
     }
-    f->check_program = emit_program(f->graph->inputs(), sides);
+    for (auto& r : f->replacements) {
+      r.boundary = elementwise_boundary(r.old_value);
+      r.first_boundary_result = results.size();
+      results.insert(results.end(), r.boundary.begin(), r.boundary.end());
+    }
+    f->check_program = emit_program(f->graph->inputs(), results);
   }
   f->report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
@@ -378,20 +449,34 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
     throw TypeError("function: expects " + std::to_string(f.inputs.size()) + " inputs (" + names + "), got " +
                     std::to_string(args.size()));
   }
+  const size_t n_in = args.size();
   std::vector<Tensor> slots(p.n_slots);
-  for (size_t i = 0; i < args.size(); ++i) slots[p.input_slots[i]] = f.trust_input ? args[i] : check_input(f, i, args[i]);
+  for (size_t i = 0; i < n_in; ++i) slots[p.input_slots[i]] = f.trust_input ? args[i] : check_input(f, i, args[i]);
+  // Which buffers this call may overwrite (lent[i] for input i, lent[n_in + j] for shared slot j),
+  // decided by the bytes they cover: a borrowed input is workspace only when it overlaps no other
+  // input and no shared variable's buffer (before this call holds any: the registry loads them).
+  std::vector<bool> lent(n_in + p.shared_slots.size(), false);
+  for (size_t i = 0; i < n_in; ++i) {
+    if (!f.inputs[i].borrow) continue;
+    const Tensor& value = slots[p.input_slots[i]];
+    bool alone = !aliases_another_shared(nullptr, value);
+    for (size_t j = 0; alone && j < n_in; ++j) alone = j == i || !value.shares_memory(slots[p.input_slots[j]]);
+    lent[i] = alone;
+  }
   // Shared variables: those the call updates are held for its whole run (their buffers may be
-  // overwritten in place when nobody else refers to them), the others loaded; all in one global
-  // order, the containers' addresses, so that calls holding several never deadlock.
+  // overwritten in place when no other handle refers to them and no input overlaps them), the
+  // others loaded; all in one global order, the containers' addresses, so that calls holding
+  // several never deadlock.
   const size_t n_shared = p.shared_slots.size();
   std::vector<std::optional<SharedContainer::Hold>> holds(n_shared);
   std::vector<Tensor> old_shared(n_shared);
-  std::vector<bool> overwritable(n_shared, false);
   for (size_t i : f.shared_order) {
     SharedContainer& container = *p.shared_slots[i].second;
     if (f.update_of_shared[i] >= 0) {
       holds[i].emplace(container);
-      overwritable[i] = holds[i]->sole_owner();  // before this call takes its own handles
+      bool alone = holds[i]->sole_owner();  // before this call takes its own handles
+      for (size_t j = 0; alone && j < n_in; ++j) alone = !holds[i]->value().shares_memory(slots[p.input_slots[j]]);
+      lent[n_in + i] = alone;
       old_shared[i] = holds[i]->value();
     } else {
       old_shared[i] = container.load();
@@ -407,15 +492,15 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
   std::vector<Tensor> reference;
   if (f.op_checks) {
     reference = slots;
-    run_planned(p, unplanned(p), reference, nullptr, nullptr, &*f.op_checks);
+    run_planned(p, unplanned(p), reference, nullptr, {.checks = &*f.op_checks});
   }
-  const auto plan = f.plan_for_call(slots, old_shared, overwritable);
+  const auto plan = f.plan_for_call(slots, old_shared, lent);
   {  // the planned run; an arena that is not kept is released at the end of this block
-    std::shared_ptr<Storage> arena = f.keep_buffers ? f.take_arena(plan->arena_bytes) : nullptr;
+    std::shared_ptr<Storage> arena = f.keep_buffers ? f.thread_arena(*plan, args) : nullptr;
     const Program& schedule = f.schedules[static_cast<size_t>(plan->schedule)];
     if (f.profiling) {
       InstructionTimes call(schedule.code.size());
-      run_planned(schedule, *plan, slots, arena, &call);
+      run_planned(schedule, *plan, slots, arena, {.times = &call});
       std::lock_guard lock(f.profile_mutex);
       InstructionTimes& total = f.times[static_cast<size_t>(plan->schedule)];
       for (size_t k = 0; k < schedule.code.size(); ++k) {
@@ -427,7 +512,6 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
     } else {
       run_planned(schedule, *plan, slots, arena);
     }
-    if (f.keep_buffers) f.keep_arena(std::move(arena));
   }
 
   if (!reference.empty())
@@ -438,16 +522,18 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
                     ": " + *difference + " (in place or sharing decided wrongly; please report it)");
 
   // What no update or default output may alias: the caller's inputs, constants, values the plan
-  // computed once (they serve every call), shared buffers. Results whose memory the plan made
-  // their own need no check, and when all are, nothing is indexed.
+  // computed once (they serve every call), shared buffers. A borrowed output may alias the
+  // caller's inputs and the function's own workspace, never kiln's values (constants, values
+  // computed once, shared buffers). Results whose memory the plan made their own need no check,
+  // and when all are, nothing is indexed.
   const auto owned = [&](size_t r) { return plan->result_owns_memory[r]; };
   bool all_owned = true;
   for (size_t r = 0; r < p.result_slots.size(); ++r) all_owned = all_owned && owned(r);
-  MemoryIndex protected_values, shared_values;
+  MemoryIndex caller_values, kiln_values, shared_values;
   if (!all_owned) {
-    for (const Tensor& a : args) protected_values.add(a);
-    for (const auto& [s, value] : p.constant_slots) protected_values.add(value);
-    for (const Tensor& value : plan->value) protected_values.add(value);
+    for (const Tensor& a : args) caller_values.add(a);
+    for (const auto& [s, value] : p.constant_slots) kiln_values.add(value);
+    for (const Tensor& value : plan->value) kiln_values.add(value);
     for (size_t i = 0; i < n_shared; ++i) shared_values.add(old_shared[i], p.shared_slots[i].second);
   }
 
@@ -459,7 +545,8 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
   for (size_t k = 0; k < f.updates.size(); ++k) {
     Tensor t = slots[p.result_slots[n_out + k]];
     const SharedContainer* self = f.updates[k].first.get()->shared.get();
-    const bool aliased = !owned(n_out + k) && (protected_values.overlaps(t) || assigned.overlaps(t) || shared_values.overlaps(t, self));
+    const bool aliased = !owned(n_out + k) && (caller_values.overlaps(t) || kiln_values.overlaps(t) || assigned.overlaps(t) ||
+                                               shared_values.overlaps(t, self));
     new_values.push_back(aliased ? t.clone() : t);
     if (!all_owned) assigned.add(new_values.back());
   }
@@ -474,9 +561,10 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
   MemoryIndex returned;
   for (size_t j = 0; j < n_out; ++j) {
     Tensor t = slots[p.result_slots[j]];
-    if (!f.outputs[j].borrow && !owned(j) &&
-        (protected_values.overlaps(t) || shared_values.overlaps(t) || assigned.overlaps(t) || returned.overlaps(t)))
-      t = t.clone();
+    if (!owned(j)) {
+      const bool kiln_memory = kiln_values.overlaps(t) || shared_values.overlaps(t) || assigned.overlaps(t);
+      if (kiln_memory || (!f.outputs[j].borrow && (caller_values.overlaps(t) || returned.overlaps(t)))) t = t.clone();
+    }
     results.push_back(t);
     if (!all_owned) returned.add(t);
   }
@@ -524,7 +612,7 @@ MemoryReport Function::memory_report(const std::vector<Shape>& input_shapes) con
     shared_shapes.push_back(value.shape());
     persistent += static_cast<int64_t>(value.nbytes());
   }
-  MemoryReport r = f.plan_for(input_shapes, shared_shapes, f.updated_shared())->report;
+  MemoryReport r = f.plan_for(input_shapes, shared_shapes, f.all_lendable())->report;
   r.persistent_bytes = persistent;
   return r;
 }

@@ -19,6 +19,7 @@ struct MemoryPlan {
   std::vector<int> reuse_input;             // per slot: the slot whose buffer it overwrites in place, or -1
   std::vector<bool> result_owns_memory;     // per result: its memory is the call's own, shared with no other
   int64_t arena_bytes = 0;
+  bool uses_arena = false;  // some value lives in the arena (perhaps every one of them empty)
   int schedule = 0;  // which of the function's candidate orders it plans (set by the function)
   MemoryReport report;
 };
@@ -64,10 +65,19 @@ struct OpChecks {
   bool nan_guard = false;
 };
 
+struct RunOptions {
+  InstructionTimes* times = nullptr;  // profiling
+  const OpChecks* checks = nullptr;   // Mode::debug()'s op checks
+  // Mode::debug()'s rewrite checks: a node that fails does not raise; its outputs stay undefined
+  // and the message is kept per slot here, and the nodes reading them are skipped (the message
+  // passed on). A value that may belong to a branch no call takes is judged only where it exists.
+  std::vector<std::string>* failures = nullptr;
+};
+
 // Runs a program from a plan (src/compile/runtime.cpp): intermediates are views into one arena
 // (allocated per call, or kept between calls when `arena` is given), precomputed instructions are
 // skipped, jumps are followed.
 void run_planned(const Program& program, const MemoryPlan& plan, std::vector<Tensor>& slots,
-                 std::shared_ptr<Storage> arena, InstructionTimes* times = nullptr, const OpChecks* checks = nullptr);
+                 std::shared_ptr<Storage> arena, const RunOptions& options = {});
 
 }  // namespace kiln

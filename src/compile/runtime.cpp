@@ -216,8 +216,14 @@ size_t next_instruction(const Program& program, size_t k, const std::vector<Tens
 }
 
 void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& slots, std::shared_ptr<Storage> arena,
-                 InstructionTimes* times, const OpChecks* checks) {
-  if (!arena && plan.arena_bytes > 0) arena = Storage::allocate(static_cast<size_t>(plan.arena_bytes));
+                 const RunOptions& options) {
+  if (!arena && plan.uses_arena) {
+    try {
+      arena = Storage::allocate(static_cast<size_t>(plan.arena_bytes));
+    } catch (const MemoryError& e) {
+      throw MemoryError(std::string(e.what()) + " for the arena that holds this call's planned temporaries");
+    }
+  }
 #ifndef NDEBUG
   // Debug builds poison the arena (all bits set: NaN, -1): a plan that lets a value be read after
   // its region was reused, or before it was written, shows up as a wrong value.
@@ -226,39 +232,61 @@ void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& 
   for (size_t k = 0; k < p.code.size(); ++k)
     if (plan.precomputed[k])
       for (int s : p.code[k].outputs) slots[s] = plan.value[s];
+  std::vector<std::string>* failures = options.failures;
+  if (failures) failures->assign(p.n_slots, std::string());
+  auto failed = [&](int s) { return failures && !(*failures)[s].empty(); };
   std::vector<Tensor> inputs, outputs, before;
   inputs.reserve(p.widest);
   outputs.reserve(p.widest);
-  for (size_t k = 0; k < p.code.size(); k = next_instruction(p, k, slots)) {
+  for (size_t k = 0; k < p.code.size();) {
     const Instruction& ins = p.code[k];
-    if (ins.kind != Instruction::Kind::run) continue;
+    if (ins.kind != Instruction::Kind::run) {
+      // A condition that failed to compute takes neither branch.
+      k = ins.kind == Instruction::Kind::jump_if_false && failed(ins.inputs[0]) ? static_cast<size_t>(ins.target)
+                                                                               : next_instruction(p, k, slots);
+      continue;
+    }
     if (!plan.precomputed[k]) {
       const Op& op = *ins.node->op;
+      const auto failed_input = std::find_if(ins.inputs.begin(), ins.inputs.end(), failed);
+      if (failed_input != ins.inputs.end()) {
+        for (int s : ins.outputs) (*failures)[s] = (*failures)[*failed_input];
+        for (int s : ins.release_after) slots[s] = Tensor();
+        ++k;
+        continue;
+      }
       inputs.clear();
       for (int s : ins.inputs) inputs.push_back(slots[s]);
       try {
         outputs.assign(ins.outputs.size(), Tensor());
         for (size_t o = 0; o < outputs.size(); ++o)
           if (!ins.output_is_view[o]) outputs[o] = output_buffer(ins, o, plan, arena, slots, inputs);
-        if (checks) {
+        if (options.checks) {
           before.clear();
           for (const Tensor& t : inputs) before.push_back(t.defined() ? t.clone() : Tensor());
         }
-        const auto start = times ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+        const auto start = options.times ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
         op.perform(inputs, outputs);
-        if (times) {
+        if (InstructionTimes* times = options.times) {
           times->seconds[k] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
           for (const Tensor& t : outputs) times->bytes[k] += static_cast<int64_t>(t.nbytes());
           ++times->runs[k];
         }
-        if (checks) check_op(ins, inputs, before, outputs, checks->nan_guard);
+        if (options.checks) check_op(ins, inputs, before, outputs, options.checks->nan_guard);
       } catch (const Error& e) {
-        e.rethrow_with(std::string(e.what()) + "\n  while running " + op.name() + " on " + describe_inputs(inputs) +
-                       ", built at " + ins.node->where());
+        const std::string message = std::string(e.what()) + "\n  while running " + op.name() + " on " +
+                                    describe_inputs(inputs) + ", built at " + ins.node->where();
+        if (!failures) e.rethrow_with(message);
+        for (int s : ins.outputs) (*failures)[s] = message;
+        outputs.assign(ins.outputs.size(), Tensor());
+      } catch (const std::bad_alloc&) {
+        throw MemoryError("out of memory while running " + op.name() + " on " + describe_inputs(inputs) +
+                          ", built at " + ins.node->where());
       }
       for (size_t o = 0; o < outputs.size(); ++o) slots[ins.outputs[o]] = std::move(outputs[o]);
     }
     for (int s : ins.release_after) slots[s] = Tensor();
+    ++k;
   }
 }
 

@@ -8,6 +8,7 @@
 #include "ops/elemwise.hpp"
 #include "ops/reduce.hpp"
 #include "ops/shape.hpp"
+#include "tensor/dispatch.hpp"
 
 namespace kiln {
 
@@ -185,23 +186,53 @@ std::vector<Type> Gemm::infer_types(const std::vector<Type>& in) const {
 }
 
 std::vector<Shape> Gemm::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>& v) const {
-  Shape out = Dot().infer_shapes({in[1], in[2]}, v)[0];
-  for (size_t d = 0; d < 2; ++d)
-    if (in[0][d] != out[d] && in[0][d] != 1)
-      throw ShapeError("gemm: c of shape " + shape_str(in[0]) + " does not broadcast to the product's shape " + shape_str(out));
+  // The shape of c + product as NumPy broadcasts them: either may stretch a size-1 dimension.
+  const Shape product = Dot().infer_shapes({in[1], in[2]}, v)[0];
+  Shape out = product;
+  for (size_t d = 0; d < 2; ++d) {
+    if (in[0][d] == product[d] || in[0][d] == 1) continue;
+    if (product[d] != 1)
+      throw ShapeError("gemm: c of shape " + shape_str(in[0]) + " and the product's shape " + shape_str(product) +
+                       " cannot be broadcast together");
+    out[d] = in[0][d];
+  }
   return {out};
 }
+
+namespace {
+// A 2-D view of t stretched to shape (stride 0 along its size-1 dimensions).
+Tensor stretched(const Tensor& t, const Shape& shape) {
+  Shape strides = t.strides();
+  for (size_t d = 0; d < 2; ++d)
+    if (t.shape()[d] == 1) strides[d] = 0;
+  return t.view(shape, strides, t.offset());
+}
+}  // namespace
 
 void Gemm::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
   const Tensor &c = in[0], &a = in[1], &b = in[2];
   Tensor& o = out[0];
   const double alpha = in[3].item<double>(), beta = in[4].item<double>();
-  if (beta != 0.0) {
-    Shape strides = c.strides();
-    for (size_t d = 0; d < 2; ++d)
-      if (c.shape()[d] == 1) strides[d] = 0;
-    o.copy_from(c.view(o.shape(), strides, c.offset()));
+  const Shape product{a.shape()[0], b.shape()[1]};
+  if (product != o.shape()) {
+    // c is larger than the product, which broadcasts: rare (the rewrite cannot tell from types);
+    // the product goes to a temporary and is added stretched.
+    Tensor p = Tensor::empty(product, o.dtype());
+    gemm(false, false, product[0], product[1], a.shape()[1], alpha, a, b, 0.0, p);
+    dispatch_float(o.dtype(), "gemm", [&](auto tag) {
+      using T = decltype(tag);
+      const Tensor cs = stretched(c, o.shape()), ps = stretched(p, o.shape());
+      const T* pc = reinterpret_cast<const T*>(cs.storage()->data());
+      const T* pp = reinterpret_cast<const T*>(ps.storage()->data());
+      T* po = o.data<T>();
+      for (int64_t i = 0; i < o.shape()[0]; ++i)
+        for (int64_t j = 0; j < o.shape()[1]; ++j)
+          po[i * o.shape()[1] + j] = static_cast<T>(beta) * pc[cs.offset() + i * cs.strides()[0] + j * cs.strides()[1]] +
+                                     pp[ps.offset() + i * ps.strides()[0] + j * ps.strides()[1]];
+    });
+    return;
   }
+  if (beta != 0.0) o.copy_from(stretched(c, o.shape()));
   gemm(false, false, o.shape()[0], o.shape()[1], a.shape()[1], alpha, a, b, beta, o);
 }
 
@@ -210,7 +241,9 @@ std::vector<Var> Gemm::L_op(const Node& node, const std::vector<Var>& gouts) con
   const Var &c = node.inputs[0], &a = node.inputs[1], &b = node.inputs[2], &alpha = node.inputs[3], &beta = node.inputs[4];
   const Var& g = gouts[0];
   Var gc = sum_to_shape_of(g * beta, c, loc);
-  return {gc, dot(g, transpose(b, loc), loc) * alpha, dot(transpose(a, loc), g, loc) * alpha, sum(g * dot(a, b, loc), {}, false, loc),
+  const Var product = dot(a, b, loc);
+  const Var gp = sum_to_shape_of(g, product, loc);  // the product may have been stretched to c's shape
+  return {gc, dot(gp, transpose(b, loc), loc) * alpha, dot(transpose(a, loc), gp, loc) * alpha, sum(gp * product, {}, false, loc),
           sum(sum_to_shape_of(g, c, loc) * c, {}, false, loc)};
 }
 

@@ -7,6 +7,7 @@
 #include "ops/shape.hpp"
 #include "rewrite/catalogue.hpp"
 #include "rewrite/patterns.hpp"
+#include "tensor/convert.hpp"
 
 namespace kiln {
 
@@ -88,18 +89,13 @@ std::vector<Var> flatten_chain(FunctionGraph& graph, Node& n) {
   return {apply1(std::make_shared<Elemwise>(op, DType::f32, static_cast<int>(flat.size())), flat, n.loc)};
 }
 
-bool widens_exactly(DType from, DType to) {
-  if (from == to || from == DType::b8) return true;
-  return (from == DType::i32 && (to == DType::i64 || to == DType::f64)) || (from == DType::f32 && to == DType::f64);
-}
-
 // cast(cast(x, a), b) -> cast(x, b) when the first cast loses nothing; cast(x, x.dtype) -> x
 std::vector<Var> cast_of_cast(FunctionGraph&, Node& n) {
   if (elemwise(n).scalar_op() != ScalarOp::cast) return {};
   const Var& x = n.inputs[0];
   if (x.dtype() == out0(n).dtype()) return {x};
   auto inner = match(x, ScalarOp::cast);
-  if (!inner || !widens_exactly((*inner)[0].dtype(), x.dtype())) return {};
+  if (!inner || !converts_losslessly((*inner)[0].dtype(), x.dtype())) return {};
   return {cast((*inner)[0], out0(n).dtype(), n.loc)};
 }
 

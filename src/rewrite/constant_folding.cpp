@@ -27,16 +27,22 @@ std::vector<Var> fold(FunctionGraph&, Node& n) {
     shapes.push_back(t.shape());
     values.push_back(&t);
   }
-  std::vector<Shape> out_shapes = n.op->infer_shapes(shapes, values);
-  if (!worth_folding(n, out_shapes)) return {};
+  // A node that fails on its constants is left to the run: it may sit in a branch that never runs,
+  // and where it does run, its error then names the call that ran it.
   std::vector<Tensor> outputs(n.outputs.size());
-  auto views = n.op->view_map();
-  for (size_t o = 0; o < outputs.size(); ++o) {
-    bool is_view = false;
-    for (auto [out, in] : views) is_view |= out == static_cast<int>(o);
-    if (!is_view) outputs[o] = Tensor::empty(out_shapes[o], n.outputs[o]->type.dtype);
+  try {
+    std::vector<Shape> out_shapes = n.op->infer_shapes(shapes, values);
+    if (!worth_folding(n, out_shapes)) return {};
+    auto views = n.op->view_map();
+    for (size_t o = 0; o < outputs.size(); ++o) {
+      bool is_view = false;
+      for (auto [out, in] : views) is_view |= out == static_cast<int>(o);
+      if (!is_view) outputs[o] = Tensor::empty(out_shapes[o], n.outputs[o]->type.dtype);
+    }
+    n.op->perform(inputs, outputs);
+  } catch (const Error&) {
+    return {};
   }
-  n.op->perform(inputs, outputs);
   std::vector<Var> folded;
   for (size_t o = 0; o < outputs.size(); ++o) {
     Var c = constant(outputs[o]);

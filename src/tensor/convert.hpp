@@ -5,9 +5,9 @@
 
 namespace kiln {
 
-// The input-conversion rule (API.md): a value is converted only when no value changes:
-// b8 -> any number; i32 -> i64/f64; f32 -> f64; i32/i64 -> f32, i64 -> f64/i32 when every value is
-// exact. Anything else raises TypeError with `what` naming the value.
+// The input-conversion rule, decided by the dtypes alone (as Theano does): b8 -> any; i32 -> i64,
+// f64; f32 -> f64. Anything else raises TypeError with `what` naming the value.
+bool converts_losslessly(DType from, DType to);
 Tensor convert_lossless(const Tensor& value, DType target, const std::string& what);
 
 }  // namespace kiln

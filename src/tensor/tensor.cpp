@@ -306,27 +306,18 @@ template <> Tensor Tensor::from<bool>(const std::vector<bool>& data, const Shape
 #include "tensor/convert.hpp"
 
 namespace kiln {
-namespace {
-bool converts_exactly(const Tensor& value, DType target) {
-  DType from = value.dtype();
-  if (from == target || from == DType::b8) return target != DType::b8 || from == DType::b8;
-  if (from == DType::i32 && (target == DType::i64 || target == DType::f64)) return true;
-  if (from == DType::f32 && target == DType::f64) return true;
-  if (!is_integer(from) || target == DType::b8) return false;
-  Tensor back = value.to(target).to(from);
-  Tensor orig = value.contiguous();
-  const std::byte* a = orig.raw_data();
-  const std::byte* b = back.raw_data();
-  return std::memcmp(a, b, orig.nbytes()) == 0;
+
+bool converts_losslessly(DType from, DType to) {
+  if (from == to || from == DType::b8) return true;
+  return (from == DType::i32 && (to == DType::i64 || to == DType::f64)) || (from == DType::f32 && to == DType::f64);
 }
-}  // namespace
 
 Tensor convert_lossless(const Tensor& value, DType target, const std::string& what) {
   if (value.dtype() == target) return value;
-  if (!converts_exactly(value, target))
-    throw TypeError(what + ": got " + value.str() + " but expected " + dtype_name(target) +
-                    "; converting would lose information. Convert it yourself (Tensor::to(" +
-                    dtype_name(target) + ")) if that is intended");
+  if (!converts_losslessly(value.dtype(), target))
+    throw TypeError(what + ": got " + value.str() + " but expected " + dtype_name(target) + "; converting " +
+                    dtype_name(value.dtype()) + " to " + dtype_name(target) + " could lose information. Convert it " +
+                    "yourself (Tensor::to(" + dtype_name(target) + ")) if that is intended");
   return value.to(target);
 }
 
