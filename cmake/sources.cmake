@@ -17,9 +17,10 @@ set(KILN_SOURCES
   src/ops/nnet.cpp
   src/ops/composite.cpp
   src/ops/ifelse.cpp
+  src/ops/patterns.cpp
+  src/ops/stable_forms.cpp
   src/grad/grad.cpp
   src/rewrite/engine.cpp
-  src/rewrite/patterns.cpp
   src/rewrite/catalogue.cpp
   src/rewrite/merge.cpp
   src/rewrite/constant_folding.cpp

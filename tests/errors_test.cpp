@@ -45,3 +45,26 @@ TEST(Errors, FlattenOutdim) {
   expect_error<TypeError>([] { flatten(matrix("m"), 0); }, {"flatten", "at least 1"});
   expect_error<TypeError>([] { flatten(matrix("m"), 3); }, {"cannot flatten", "3 dimensions"});
 }
+
+// Issue 9, item 12: nodes built by grad and by rewrites carried kiln's own source lines
+// ("true_div (built at elemwise.cpp:311)"); they carry the user's line of the node they come from.
+TEST(Errors, GradientAndRewrittenNodesCarryTheUsersLine) {
+  Var x = vector("x", f64), idx = vector("idx", i64);
+  Var taken = take(x, idx);  const std::string line = "errors_test.cpp:" + std::to_string(__LINE__);
+  Var v = vector("v", f64);
+  Function g = function({x, idx, v}, {Lop({taken}, {x}, {v})[0]});  // only gradient nodes run
+  expect_error<ShapeError>([&] { g(Tensor::from({1.0, 2.0}, {2}), Tensor::from(std::vector<int64_t>{1}), Tensor::zeros({3}, f64)); },
+                           {"inc_take", "in the gradient of the node built at " + line});
+  const std::string text = g.graph_text();
+  EXPECT_NE(text.find(line + " (gradient)"), std::string::npos) << text;
+  for (const char* kiln_file : {"elemwise.cpp", "grad.cpp", "subtensor.cpp", "reduce.cpp"})
+    EXPECT_EQ(text.find(kiln_file), std::string::npos) << text;
+
+  Var y = log(1.0 + exp(x));  const std::string stable_line = "errors_test.cpp:" + std::to_string(__LINE__);
+  Function s = function({x}, {y, grad(sum(y), x)});
+  const std::string stable = s.graph_text();
+  EXPECT_NE(stable.find("softplus"), std::string::npos) << stable;
+  EXPECT_NE(stable.find(stable_line), std::string::npos) << stable;
+  for (const char* kiln_file : {"stabilize.cpp", "elemwise.cpp", "grad.cpp", "canonicalize.cpp", "specialize.cpp"})
+    EXPECT_EQ(stable.find(kiln_file), std::string::npos) << stable;
+}

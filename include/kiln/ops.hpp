@@ -59,6 +59,8 @@ Var max(const Var& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::curr
 Var min(const Var& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
 Var prod(const Var& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
 Var argmax(const Var& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
+// log(sum(exp(x), axes)) without overflow: the maximum over the axes is taken out first.
+Var logsumexp(const Var& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
 
 // Matrix products: dot has NumPy dot semantics up to 2-D; matmul NumPy matmul semantics.
 Var dot(const Var& a, const Var& b, Loc loc = Loc::current());
@@ -91,6 +93,9 @@ Var log_softmax(const Var& x, int64_t axis = -1, Loc loc = Loc::current());
 // Per row: -log(probs[row, label]) for integer labels, or -sum(targets * log(probs)) for a
 // float target distribution of the same shape as probs.
 Var categorical_crossentropy(const Var& probs, const Var& labels, Loc loc = Loc::current());
+// Elementwise -(target * log(output) + (1 - target) * log(1 - output)), as Theano's. With
+// output = sigmoid(z) its value and gradient are computed stably (from z) in every mode.
+Var binary_crossentropy(const Var& output, const Var& target, Loc loc = Loc::current());
 
 // Control flow: lazy, only the branch cond selects runs (nodes only the other branch needs are
 // jumped over). cond is a 0-d value; the branches may differ in shape.

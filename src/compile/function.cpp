@@ -173,8 +173,8 @@ void validate(const std::vector<In>& inputs, const std::vector<Out>& outputs, co
                       "remove it from the input list");
     if (var.is_constant()) throw TypeError(what + " '" + var.label() + "' is a constant and cannot be an input");
     if (var.owner)
-      throw TypeError(what + " '" + var.label() + "' is computed by " + var.owner->op->name() + " (built at " +
-                      var.owner->where() + "); inputs must be symbolic inputs such as matrix(); use givens to replace "
+      throw TypeError(what + " '" + var.label() + "' is computed by " + var.owner->op->name() + " (" +
+                      var.owner->origin() + "); inputs must be symbolic inputs such as matrix(); use givens to replace "
                       "an intermediate value");
     if (!seen.insert(&var).second) throw TypeError(what + " '" + var.label() + "' is given twice");
   }
@@ -320,8 +320,9 @@ std::optional<std::string> rewrite_difference(const Tensor& old_value, const Ten
   const auto a = old_value.to_vector<double>(), b = new_value.to_vector<double>();
   for (size_t i = 0; i < a.size(); ++i) {
     const long double r = reference[i];
-    if (!std::isfinite(r)) continue;
-    const long double own_error = std::isfinite(a[i]) ? std::fabs(static_cast<long double>(a[i]) - r) / 2048 : 0;
+    // Where the old value overflowed, the reference's own error cannot be estimated: not judged.
+    if (!std::isfinite(r) || !std::isfinite(a[i])) continue;
+    const long double own_error = std::fabs(static_cast<long double>(a[i]) - r) / 2048;
     if (std::fabs(static_cast<long double>(b[i]) - r) <= atol + rtol * std::fabs(r) + 2 * own_error) continue;
     return "element " + std::to_string(i) + " is " + std::to_string(b[i]) + " instead of " + std::to_string(a[i]) +
            " (" + std::to_string(static_cast<double>(r)) + " in long double)";
@@ -357,7 +358,7 @@ void check_rewrites(const FunctionImpl& f, const std::vector<Tensor>& call_slots
     if (difference) {
       const Node* node = r.old_value.get()->owner;
       throw BadOptimization("rewrite '" + r.rewrite + "' changed a value: it replaced " +
-                            (node ? node->op->name() + " (built at " + node->where() + ")" : r.old_value.get()->label()) +
+                            (node ? node->op->name() + " (" + node->origin() + ")" : r.old_value.get()->label()) +
                             " " + r.old_value.type().str() + " and on this call's inputs " + *difference);
     }
   }

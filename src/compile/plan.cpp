@@ -92,7 +92,7 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
       // Inside a branch that may not run, a failure is only an error if the branch runs.
       if (ins.conditional) continue;
       e.rethrow_with(std::string(e.what()) + "\n  while planning " + op.name() + " on " + describe(p, ins, shapes) +
-                     ", built at " + ins.node->where());
+                     ", " + ins.node->origin());
     }
     for (size_t o = 0; o < ins.outputs.size(); ++o) plan.shape[ins.outputs[o]] = out_shapes[o];
     const bool reads_shapes_only = dynamic_cast<const ShapeOf*>(&op) != nullptr;
@@ -179,8 +179,8 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
       const int s = ins.outputs[o];
       if (ins.output_is_view[o]) continue;
       if (!plan.shape[s]) {  // depends on data: allocated when it runs
-        plan.report.unplanned.push_back(ins.node->op->name() + " (output " + std::to_string(o) + ", built at " +
-                                        ins.node->where() + ")");
+        plan.report.unplanned.push_back(ins.node->op->name() + " (output " + std::to_string(o) + ", " +
+                                        ins.node->origin() + ")");
         continue;
       }
       const DType dtype = ins.node->outputs[o]->type.dtype;

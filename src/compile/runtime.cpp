@@ -164,7 +164,7 @@ bool has_nan_or_inf(const Tensor& t) {
 void check_op(const Instruction& ins, const std::vector<Tensor>& inputs, const std::vector<Tensor>& before,
               const std::vector<Tensor>& outputs, bool nan_guard) {
   const Op& op = *ins.node->op;
-  const std::string where = op.name() + " (built at " + ins.node->where() + ")";
+  const std::string where = op.name() + " (" + ins.node->origin() + ")";
   for (size_t i = 0; i < inputs.size(); ++i)
     if (inputs[i].defined() && inputs[i].to_vector<double>() != before[i].to_vector<double>() &&
         !(has_nan_or_inf(before[i])))
@@ -275,13 +275,13 @@ void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& 
         if (options.checks) check_op(ins, inputs, before, outputs, options.checks->nan_guard);
       } catch (const Error& e) {
         const std::string message = std::string(e.what()) + "\n  while running " + op.name() + " on " +
-                                    describe_inputs(inputs) + ", built at " + ins.node->where();
+                                    describe_inputs(inputs) + ", " + ins.node->origin();
         if (!failures) e.rethrow_with(message);
         for (int s : ins.outputs) (*failures)[s] = message;
         outputs.assign(ins.outputs.size(), Tensor());
       } catch (const std::bad_alloc&) {
         throw MemoryError("out of memory while running " + op.name() + " on " + describe_inputs(inputs) +
-                          ", built at " + ins.node->where());
+                          ", " + ins.node->origin());
       }
       for (size_t o = 0; o < outputs.size(); ++o) slots[ins.outputs[o]] = std::move(outputs[o]);
     }

@@ -1,3 +1,5 @@
+#include <algorithm>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -5,6 +7,7 @@
 #include "graph/op.hpp"
 #include "kiln/grad.hpp"
 #include "kiln/ops.hpp"
+#include "ops/stable_forms.hpp"
 
 namespace kiln {
 
@@ -17,8 +20,8 @@ std::vector<Var> backprop(const std::vector<std::pair<Var, Var>>& seeds, const s
   std::vector<Node*> order = topological_order(roots);
 
   // Only nodes between a wrt and a root need their L_op.
-  std::unordered_set<const Variable*> depends;
-  for (const Var& w : wrt) depends.insert(w.get());
+  std::unordered_set<const Variable*> depends, asked;
+  for (const Var& w : wrt) depends.insert(w.get()), asked.insert(w.get());
   for (Node* n : order) {
     bool any = false;
     for (const Var& in : n->inputs) any |= depends.count(in.get()) > 0;
@@ -47,13 +50,25 @@ std::vector<Var> backprop(const std::vector<std::pair<Var, Var>>& seeds, const s
     bool any_input_depends = false;
     for (const Var& in : n->inputs) any_input_depends |= depends.count(in.get()) > 0;
     if (!any_grad || !any_input_depends) continue;
+    const DerivedFrom derived(*n, Derivation::gradient);
+    // A chain with a stable form (log(1 + exp(x)), ...) is differentiated in that form, straight to
+    // the values it reads: the chain's own gradient overflows where its value did. Not when a wrt
+    // lies inside the chain: its gradient is asked for.
+    if (auto stable = stable_form(*n); stable && std::none_of(stable->skipped.begin(), stable->skipped.end(),
+                                                              [&](const Variable* v) { return asked.count(v); })) {
+      const std::vector<Var> through = backprop({{stable->value, gouts[0]}}, stable->reads);
+      for (size_t i = 0; i < through.size(); ++i)
+        if (through[i].defined() && depends.count(stable->reads[i].get()) && is_float(stable->reads[i].dtype()))
+          accumulate(stable->reads[i], through[i]);
+      continue;
+    }
     std::vector<Var> gins = n->op->L_op(*n, gouts);
     for (size_t i = 0; i < n->inputs.size(); ++i) {
       const Var& in = n->inputs[i];
       if (i < gins.size() && gins[i].defined() && depends.count(in.get()) && is_float(in.dtype())) {
         if (gins[i].ndim() != in.ndim())
           throw GradError(n->op->name() + ": L_op returned a gradient " + gins[i].type().str() + " for input " +
-                          in.type().str() + " (node built at " + n->where() + ")");
+                          in.type().str() + " (node " + n->origin() + ")");
         accumulate(in, gins[i]);
       }
     }
@@ -96,6 +111,9 @@ std::vector<Var> grad(const Var& cost, const std::vector<Var>& wrt, GradOptions 
   if (!is_float(cost.dtype())) throw GradError("grad: the cost must be a float value, got " + cost.type().str());
   for (size_t i = 0; i < wrt.size(); ++i)
     if (!wrt[i].defined()) throw GradError("grad: wrt[" + std::to_string(i) + "] is an empty Var");
+  // The seed and the sums kiln adds belong to the cost's gradient too.
+  std::optional<DerivedFrom> derived;
+  if (const Node* n = cost.get()->owner) derived.emplace(*n, Derivation::gradient);
   return finish(backprop({{cost, ones_like(cost)}}, wrt), wrt, options, "grad");
 }
 

@@ -57,6 +57,7 @@ FunctionGraph::FunctionGraph(std::vector<Var> inputs, const std::vector<Var>& ou
     clone->op = node->op;
     for (const Var& in : node->inputs) clone->inputs.push_back(lookup(in));
     clone->loc = node->loc;
+    clone->derivation = node->derivation;
     for (const auto& out : node->outputs) {
       auto v = std::make_unique<Variable>(*out);
       v->owner = clone.get();

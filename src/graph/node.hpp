@@ -75,6 +75,10 @@ class Variable {
   }
 };
 
+// How a node came to be: built by the user's code, or derived by kiln from the user's node at the
+// same source line (part of its gradient, or of a rewrite's replacement of it).
+enum class Derivation : uint8_t { built, gradient, rewrite };
+
 class Node : public std::enable_shared_from_this<Node> {
  public:
   Node() = default;
@@ -84,10 +88,29 @@ class Node : public std::enable_shared_from_this<Node> {
   std::shared_ptr<const Op> op;
   std::vector<Var> inputs;
   std::vector<std::unique_ptr<Variable>> outputs;
-  std::source_location loc;
+  std::source_location loc;  // the user's line that built it, or that built the node it derives from
+  Derivation derivation = Derivation::built;
 
   Var output(size_t i);  // a Var that keeps this node alive
-  std::string where() const;  // "file:line"
+  std::string where() const;   // "file:line", with "(gradient)" or "(rewritten)" for derived nodes
+  std::string origin() const;  // "built at file:line", "in the gradient of the node built at file:line", ...
+};
+
+// While one lives, every node built on this thread is derived from `from`: it takes its source
+// line and is marked as part of its gradient or of a rewrite of it (a rewrite of a gradient node
+// stays part of the gradient). Scopes nest.
+class DerivedFrom {
+ public:
+  DerivedFrom(const Node& from, Derivation how);
+  ~DerivedFrom();
+  DerivedFrom(const DerivedFrom&) = delete;
+  DerivedFrom& operator=(const DerivedFrom&) = delete;
+
+ private:
+  const DerivedFrom* outer_;
+  std::source_location loc_;
+  Derivation how_;
+  friend std::vector<Var> apply(std::shared_ptr<const Op>, std::vector<Var>, const std::source_location&);
 };
 
 // Builds a node applying op to inputs, inferring the output types; type errors name op and line.

@@ -3,7 +3,7 @@
 namespace kiln {
 
 std::vector<Var> Op::L_op(const Node& node, const std::vector<Var>&) const {
-  throw GradError(name() + " is not differentiable (node built at " + node.where() + ")");
+  throw GradError(name() + " is not differentiable (node " + node.origin() + ")");
 }
 
 OpParams& OpParams::operator<<(const Op& inner) {

@@ -45,7 +45,34 @@ Var Node::output(size_t i) {
   return Var(std::shared_ptr<Variable>(shared_from_this(), outputs.at(i).get()));
 }
 
-std::string Node::where() const { return loc_str(loc); }
+namespace {
+thread_local const DerivedFrom* innermost_derivation = nullptr;
+}  // namespace
+
+DerivedFrom::DerivedFrom(const Node& from, Derivation how)
+    : outer_(innermost_derivation), loc_(from.loc), how_(from.derivation == Derivation::built ? how : from.derivation) {
+  innermost_derivation = this;
+}
+
+DerivedFrom::~DerivedFrom() { innermost_derivation = outer_; }
+
+std::string Node::where() const {
+  switch (derivation) {
+    case Derivation::built: return loc_str(loc);
+    case Derivation::gradient: return loc_str(loc) + " (gradient)";
+    case Derivation::rewrite: return loc_str(loc) + " (rewritten)";
+  }
+  return loc_str(loc);
+}
+
+std::string Node::origin() const {
+  switch (derivation) {
+    case Derivation::built: return "built at " + loc_str(loc);
+    case Derivation::gradient: return "in the gradient of the node built at " + loc_str(loc);
+    case Derivation::rewrite: return "made by a rewrite of the node built at " + loc_str(loc);
+  }
+  return "built at " + loc_str(loc);
+}
 
 std::string types_str(const std::vector<Var>& vars) {
   std::string s;
@@ -70,6 +97,10 @@ std::vector<Var> apply(std::shared_ptr<const Op> op, std::vector<Var> inputs, co
   node->op = std::move(op);
   node->inputs = std::move(inputs);
   node->loc = loc;
+  if (const DerivedFrom* d = innermost_derivation) {
+    node->loc = d->loc_;
+    node->derivation = d->how_;
+  }
   std::vector<Var> outs;
   for (size_t i = 0; i < out_types.size(); ++i) {
     auto v = std::make_unique<Variable>();

@@ -377,7 +377,7 @@ std::vector<std::pair<int, int>> Composite::inplace_options() const {
 }
 
 std::vector<Var> Composite::L_op(const Node& node, const std::vector<Var>&) const {
-  throw GradError(name() + " is a fused op made while compiling (built at " + node.where() +
+  throw GradError(name() + " is a fused op made while compiling (" + node.origin() +
                   "); differentiate the graph before compiling it");
 }
 

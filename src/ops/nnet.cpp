@@ -6,6 +6,7 @@
 
 #include "kiln/ops.hpp"
 #include "ops/scalar_math.hpp"
+#include "ops/stable_forms.hpp"
 #include "tensor/dispatch.hpp"
 #include "tensor/nd_loop.hpp"
 
@@ -340,10 +341,14 @@ Var log_softmax(const Var& x, int64_t axis, Loc loc) {
   return apply1(std::make_shared<Softmax>(checked_axis(axis, x, "log_softmax", loc), true), {xf}, loc);
 }
 
+Var binary_crossentropy(const Var& output, const Var& target, Loc loc) {
+  return -(target * stabilized(log(output, loc)) + (1.0 - target) * stabilized(log(1.0 - output, loc)));
+}
+
 Var categorical_crossentropy(const Var& probs, const Var& labels, Loc loc) {
   if (is_float(labels.dtype()) && labels.ndim() == probs.ndim())
-    return -sum(labels * log(probs, loc), {-1}, false, loc);
-  return apply1(std::make_shared<CrossEntropy>(), {probs, labels}, loc);
+    return -sum(labels * stabilized(log(probs, loc)), {-1}, false, loc);
+  return stabilized(apply1(std::make_shared<CrossEntropy>(), {probs, labels}, loc));
 }
 
 }  // namespace kiln

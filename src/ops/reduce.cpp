@@ -379,5 +379,9 @@ Var max(const Var& x, Axes axes, bool keepdims, Loc loc) { return reduce(ReduceK
 Var min(const Var& x, Axes axes, bool keepdims, Loc loc) { return reduce(ReduceKind::min, x, axes, keepdims, loc); }
 Var prod(const Var& x, Axes axes, bool keepdims, Loc loc) { return reduce(ReduceKind::prod, x, axes, keepdims, loc); }
 Var argmax(const Var& x, Axes axes, bool keepdims, Loc loc) { return reduce(ReduceKind::argmax, x, axes, keepdims, loc); }
+Var logsumexp(const Var& x, Axes axes, bool keepdims, Loc loc) {
+  const Var xf = is_float(x.dtype()) ? x : cast(x, DType::f64, loc);
+  return apply1(std::make_shared<LogSumExp>(normalize_axes(axes, x.ndim(), "logsumexp"), keepdims), {xf}, loc);
+}
 
 }  // namespace kiln

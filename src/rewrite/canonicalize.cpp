@@ -6,7 +6,7 @@
 #include "ops/reduce.hpp"
 #include "ops/shape.hpp"
 #include "rewrite/catalogue.hpp"
-#include "rewrite/patterns.hpp"
+#include "ops/patterns.hpp"
 #include "tensor/convert.hpp"
 
 namespace kiln {

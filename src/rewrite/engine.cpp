@@ -80,7 +80,11 @@ void apply_group(FunctionGraph& graph, const RewriteGroup& group, CompileReport&
         for (size_t li : candidates) {
           const LocalRewrite& r = group.locals[li];
           auto start = Clock::now();
-          std::vector<Var> replacement = r.apply(graph, *node);
+          std::vector<Var> replacement;
+          {
+            const DerivedFrom derived(*node, Derivation::rewrite);
+            replacement = r.apply(graph, *node);
+          }
           RewriteStat& s = report.rewrites[local_stat[li]];
           s.seconds += std::chrono::duration<double>(Clock::now() - start).count();
           bool usable = !replacement.empty() && replacement.size() == node->outputs.size();

@@ -8,7 +8,7 @@
 #include "ops/elemwise.hpp"
 #include "ops/reduce.hpp"
 #include "rewrite/catalogue.hpp"
-#include "rewrite/patterns.hpp"
+#include "ops/patterns.hpp"
 
 namespace kiln {
 

@@ -3,7 +3,7 @@
 #include "ops/blas.hpp"
 #include "ops/reduce.hpp"
 #include "rewrite/catalogue.hpp"
-#include "rewrite/patterns.hpp"
+#include "ops/patterns.hpp"
 
 namespace kiln {
 

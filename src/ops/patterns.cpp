@@ -1,4 +1,4 @@
-#include "rewrite/patterns.hpp"
+#include "ops/patterns.hpp"
 
 #include "kiln/ops.hpp"
 #include "ops/shape.hpp"
