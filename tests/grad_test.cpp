@@ -91,3 +91,12 @@ TEST(VerifyGrad, CatchesAWrongGradient) {
   expect_error<GradError>([&] { verify_grad(fn, {Tensor::from({1.0, 2.0}, {2})}); },
                           {"verify_grad", "input 0", "element 0", "symbolic 3", "numeric 2"});
 }
+
+// Issue 9, item 14: verify_grad used one-sided differences (wrong at a kink) with an absolute step
+// (below f32's resolution at large values, where the difference quotient divided by zero).
+TEST(VerifyGrad, CentralDifferencesWithARelativeStep) {
+  verify_grad([](std::vector<Var> v) { return abs(v[0]); }, {Tensor::from({0.0, 1.5, -2.0}, {3})});
+  verify_grad([](std::vector<Var> v) { return v[0] * v[0] * 0.5; }, {Tensor::from({1e4f, -1e4f, 3e3f}, {3})});
+  verify_grad([](std::vector<Var> v) { return softplus(v[0]); }, {Tensor::from({1e4f, -1e4f, 20.f}, {3})});
+  verify_grad([](std::vector<Var> v) { return v[0] * v[0] * 0.5; }, {Tensor::from({1e9, -3e7, 1e-3}, {3})});
+}

@@ -1,3 +1,6 @@
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "test_util.hpp"
@@ -36,4 +39,31 @@ TEST(Print, FunctionAndDot) {
   EXPECT_EQ(dot_text.rfind("digraph kiln {", 0), 0u);
   EXPECT_NE(dot_text.find("sigmoid"), std::string::npos);
   EXPECT_NE(dot_text.find("->"), std::string::npos);
+}
+
+// Issue 9, item 14: to_dot wrote each variable's declaration in the middle of an edge statement,
+// so Graphviz applied the node attributes to edges. The text is rendered by Graphviz itself.
+TEST(Print, ToDotIsGraphvizThatRenders) {
+  Var x = matrix("x \"quoted\""), w = matrix("w");
+  Function f = function({x, w}, {tanh(dot(x, w)) + 1.0, grad(sum(exp(dot(x, w))), w)});
+  const std::string text = to_dot(f);
+  std::istringstream lines(text);
+  int declared = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("->") != std::string::npos) EXPECT_EQ(line.find("shape="), std::string::npos) << line;
+    if (line.find("shape=") != std::string::npos) ++declared;
+  }
+  const std::string path = ::testing::TempDir() + "kiln_print_test.dot";
+  std::ofstream(path) << text;
+  const std::string svg = path + ".svg", log = path + ".log";
+  ASSERT_EQ(std::system(("dot -Tsvg " + path + " -o " + svg + " 2> " + log).c_str()), 0)
+      << "Graphviz's dot refused the graph (scripts/setup.sh installs graphviz):\n" << text;
+  std::ifstream errors(log);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(errors), {}), "") << "dot warned about:\n" << text;
+  std::ifstream rendered(svg);
+  const std::string picture(std::istreambuf_iterator<char>(rendered), {});
+  int drawn = 0;
+  for (size_t at = picture.find("class=\"node\""); at != std::string::npos; at = picture.find("class=\"node\"", at + 1)) ++drawn;
+  EXPECT_EQ(drawn, declared) << "every declared node is drawn as a node, none as an edge";
+  EXPECT_GT(declared, 8);
 }

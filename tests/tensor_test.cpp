@@ -178,3 +178,17 @@ TEST(Tensor, ShapeArithmeticOverflowIsAShapeError) {
 TEST(Tensor, AnAllocationTheSystemRefusesIsAMemoryError) {
   expect_error<MemoryError>([] { Tensor::empty({int64_t{1} << 40}, f64); }, {"8796093022208 bytes", "f64(1099511627776,)"});
 }
+
+// Issue 9, item 14: DisposedError told the user to call move_to_outer_scope / detach_from_scope,
+// which do not exist yet; it names what does.
+TEST(Tensor, DisposedErrorNamesWhatTheUserCanDo) {
+  Tensor a = Tensor::ones({3});
+  a.dispose();
+  expect_error<DisposedError>([&] { (void)a.numel(); }, {"disposed", "alias()", "clone()"});
+  try {
+    (void)a.numel();
+  } catch (const DisposedError& e) {
+    for (const char* missing : {"move_to_outer_scope", "detach_from_scope", "DisposeScope"})
+      EXPECT_EQ(std::string(e.what()).find(missing), std::string::npos) << e.what();
+  }
+}

@@ -21,13 +21,14 @@ std::vector<Var> Lop(const std::vector<Var>& f, const std::vector<Var>& wrt, con
                      GradOptions options = {});
 
 struct VerifyOptions {
-  double eps = 0;       // 0: per dtype (f64 1e-7, f32 3e-4), as Theano
+  double eps = 0;       // relative step; 0: per dtype (f64 1e-7, f32 3e-4), as Theano
   double abs_tol = 0;   // 0: per dtype (f64 1e-4, f32 1e-2)
   double rel_tol = 0;   // 0: per dtype (f64 1e-4, f32 1e-2)
   uint64_t seed = 42;
 };
-// Checks the symbolic gradient of fn at the point `at` against one-sided finite differences of a
-// random projection of fn's output; raises GradError naming the input and element that differ.
+// Checks the symbolic gradient of fn at the point `at` against central finite differences (step
+// eps * max(1, |x|) per element) of a random projection of fn's output; raises GradError naming
+// the input and element that differ.
 void verify_grad(const std::function<Var(std::vector<Var>)>& fn, const std::vector<Tensor>& at,
                  VerifyOptions options = {});
 

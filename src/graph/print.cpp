@@ -18,6 +18,16 @@ std::string id_label(size_t i) {
   return s;
 }
 
+// A label inside a double-quoted Graphviz string.
+std::string escaped(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
 std::string leaf_kind(const Variable& v) {
   if (v.is_constant()) return "constant";
   if (v.is_shared()) return "shared";
@@ -67,7 +77,7 @@ std::string to_dot(const std::vector<Var>& vs) {
     auto [it, fresh] = names.try_emplace(v.get(), "v" + std::to_string(names.size()));
     if (fresh) {
       const Variable& var = *v.get();
-      s << "  " << it->second << " [shape=box,label=\"" << var.label() << "\\n" << var.type.str() << "\""
+      s << "  " << it->second << " [shape=box,label=\"" << escaped(var.label()) << "\\n" << var.type.str() << "\""
         << (var.owner ? "" : ",style=filled,fillcolor=lightgrey") << "];\n";
     }
     return it->second;
@@ -75,10 +85,17 @@ std::string to_dot(const std::vector<Var>& vs) {
   size_t n_id = 0;
   for (Node* n : topological_order(vs)) {
     std::string id = "n" + std::to_string(n_id++);
-    s << "  " << id << " [shape=ellipse,label=\"" << n->op->name() << "\\n" << n->where() << "\"];\n";
-    for (size_t i = 0; i < n->inputs.size(); ++i)
-      s << "  " << var_node(n->inputs[i]) << " -> " << id << " [label=\"" << i << "\"];\n";
-    for (size_t i = 0; i < n->outputs.size(); ++i) s << "  " << id << " -> " << var_node(n->output(i)) << ";\n";
+    s << "  " << id << " [shape=ellipse,label=\"" << escaped(n->op->name()) << "\\n" << n->where() << "\"];\n";
+    // Each variable's declaration is written before the statement that names it: var_node writes
+    // to the same stream.
+    for (size_t i = 0; i < n->inputs.size(); ++i) {
+      const std::string from = var_node(n->inputs[i]);
+      s << "  " << from << " -> " << id << " [label=\"" << i << "\"];\n";
+    }
+    for (size_t i = 0; i < n->outputs.size(); ++i) {
+      const std::string to = var_node(n->output(i));
+      s << "  " << id << " -> " << to << ";\n";
+    }
   }
   for (const Var& v : vs) var_node(v);
   s << "}\n";

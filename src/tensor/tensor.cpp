@@ -10,8 +10,8 @@ namespace kiln {
 
 void Tensor::throw_unusable() const {
   if (!impl_) throw Error("Tensor: this tensor is empty (default-constructed); create it with Tensor::zeros, from or wrap");
-  throw DisposedError("Tensor: this tensor was disposed and cannot be used any more; keep it alive "
-                      "(move_to_outer_scope / detach_from_scope) or use an alias() made before dispose()");
+  throw DisposedError("Tensor: this handle was disposed (dispose() released its storage) and cannot be used any "
+                      "more; to keep the values, make a handle with alias() or clone() before calling dispose()");
 }
 
 void Tensor::check_dtype(DType expected) const {
