@@ -1,5 +1,6 @@
 set(KILN_SOURCES
   src/tensor/dtype.cpp
+  src/tensor/isa.cpp
   src/tensor/storage.cpp
   src/tensor/tensor.cpp
   src/graph/op.cpp

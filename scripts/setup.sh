@@ -2,7 +2,7 @@
 # Installs the Debian packages kiln needs when they are missing. With --bench, also the LibTorch
 # peer for the benchmarks. Runs apt-get as root, or through sudo when it is there.
 set -euo pipefail
-packages=(cmake g++ make libgtest-dev libbenchmark-dev zlib1g-dev libeigen3-dev libdnnl-dev dataset-fashion-mnist graphviz)
+packages=(cmake g++ make libgtest-dev libbenchmark-dev zlib1g-dev libeigen3-dev libdnnl-dev dataset-fashion-mnist graphviz qemu-user)
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(libtorch-dev)
 fi

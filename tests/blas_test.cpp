@@ -1,3 +1,7 @@
+#include <iostream>
+
+#include "ops/blas.hpp"
+#include "tensor/isa.hpp"
 #include "test_util.hpp"
 
 using namespace kiln;
@@ -95,4 +99,41 @@ TEST(Blas, RankOneProductsInEveryLayout) {
     for (const Tensor& t : o) expect_values(t, expected, dt == f32 ? 1e-6 : 1e-12);
   }
   verify_grad([](std::vector<Var> v) { return dot(v[0], v[1]); }, {random_tensor({5, 1}), random_tensor({1, 4}, f64, -1, 1, 3)});
+}
+
+// Issue 9, item 13: the library is built for baseline x86-64 and runs kernels compiled for AVX2 and
+// AVX-512 where the CPU has them. Every matrix-product kernel (kiln's own rows, dot-product and
+// rank-1 kernels, oneDNN), every transposition and every instruction set this CPU offers agrees
+// with a naive product, with beta 0 (C holds NaN, which must not leak) and beta 1.
+TEST(Blas, EveryProductKernelOnEveryInstructionSetMatchesANaiveProduct) {
+  int checked = 0;
+  for (Isa isa : {Isa::baseline, Isa::avx2, Isa::avx512}) {
+    limit_isa(isa);
+    for (DType dt : {f32, f64})
+      for (int64_t m : {1, 2, 3, 4, 5, 9})
+        for (int64_t k : {1, 3, 10, 17, 40})
+          for (int64_t n : {1, 5, 10, 16, 17, 33, 70})
+            for (int transposes = 0; transposes < 4; ++transposes)
+              for (double beta : {0.0, 1.0}) {
+                const bool ta = transposes & 1, tb = transposes & 2;
+                Tensor a = random_tensor({m, k}, dt, -1, 1, static_cast<uint64_t>(m * 131 + k)),
+                       b = random_tensor({k, n}, dt, -1, 1, static_cast<uint64_t>(n * 7 + k));
+                Tensor a_stored = ta ? a.clone().view({k, m}, {1, k}, 0).clone() : a;  // op(A) stored transposed
+                Tensor b_stored = tb ? b.clone().view({n, k}, {1, n}, 0).clone() : b;
+                Tensor a_op = ta ? a_stored.view({m, k}, {1, m}, 0) : a;
+                Tensor b_op = tb ? b_stored.view({k, n}, {1, k}, 0) : b;
+                Tensor c = beta == 0.0 ? Tensor::full({m, n}, std::nan(""), dt) : random_tensor({m, n}, dt, -1, 1, 5);
+                std::vector<double> expected = naive_matmul(a, b), before = c.to_vector<double>();
+                for (size_t i = 0; i < expected.size(); ++i) expected[i] = 0.5 * expected[i] + (beta == 0.0 ? 0.0 : before[i]);
+                gemm(false, false, m, n, k, 0.5, a_op, b_op, beta, c);
+                SCOPED_TRACE(std::string(isa_name(isa)) + " " + dtype_name(dt) + " m=" + std::to_string(m) + " k=" +
+                             std::to_string(k) + " n=" + std::to_string(n) + (ta ? " A^T" : "") + (tb ? " B^T" : "") +
+                             " beta=" + std::to_string(beta));
+                expect_values(c, expected, dt == f32 ? 1e-5 : 1e-13);
+                ++checked;
+              }
+  }
+  limit_isa(Isa::avx512);
+  std::cout << "matrix products checked: " << checked << " (this CPU runs up to " << isa_name(active_isa()) << ")\n";
+  EXPECT_EQ(checked, 3 * 2 * 6 * 5 * 7 * 4 * 2);
 }

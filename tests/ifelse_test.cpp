@@ -91,3 +91,16 @@ TEST(IfElse, FoldingNeverTurnsABranchsRunTimeErrorIntoACompileError) {
                              {"index 5 is out of bounds", "ifelse_test.cpp"});
   }
 }
+
+// Issue 9, item 14: docs/ops.md said the branches must agree in dtype while the code promoted
+// them; both now say what NumPy does (as where): the result has the promoted dtype.
+TEST(IfElse, BranchDtypesArePromotedAndRanksMustAgree) {
+  Var c = scalar("c", b8), a = vector("a", f32), b = vector("b", f64), n = vector("n", i32);
+  Var z = ifelse(c, a, b);
+  EXPECT_EQ(z.dtype(), f64);
+  EXPECT_EQ(ifelse(c, a, n).dtype(), f64);
+  EXPECT_EQ(ifelse(c, n, n * 2).dtype(), i32);
+  auto o = function({c, a, b}, {z})(Tensor::scalar(true), Tensor::from({1.5f}, {1}), Tensor::from({2.5}, {1}));
+  expect_values(o[0], {1.5});
+  expect_error<TypeError>([&] { ifelse(c, a, matrix("m")); }, {"ifelse", "f32[?]", "f32[?,?]"});
+}

@@ -386,7 +386,7 @@ Function function(std::vector<In> inputs, std::vector<Out> outputs, FunctionOpti
   const auto& checks = f->mode.checks();
   if (checks && checks->rewrites)
     f->graph->on_replace = [impl = f.get()](const Var& old_value, const Var& new_value, const std::string& rewrite) {
-      impl->replacements.push_back({rewrite, old_value, new_value});
+      impl->replacements.push_back({rewrite, old_value, new_value, {}, 0});
     };
   check_leaves(*f->graph, f->inputs, options.allow_unused_inputs);
   f->report.nodes_before = static_cast<int64_t>(f->graph->toposort().size());

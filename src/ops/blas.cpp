@@ -1,14 +1,17 @@
 #include "ops/blas.hpp"
 
 #include <dnnl.h>
+#include <omp.h>
 
-#include <Eigen/Core>
+#include <algorithm>
 
 #include "kiln/ops.hpp"
 #include "ops/elemwise.hpp"
 #include "ops/reduce.hpp"
 #include "ops/shape.hpp"
 #include "tensor/dispatch.hpp"
+#include "tensor/isa.hpp"
+#include "tensor/parallel.hpp"
 
 namespace kiln {
 
@@ -31,34 +34,146 @@ Operand2D as_blas_operand(const Tensor& t) {
   return {c, false, std::max<int64_t>(cols, 1)};
 }
 
+// C = alpha * op(A) op(B) + beta * C for the products oneDNN's kernels do not pay for (a few
+// rows) and for f64 (oneDNN has none). Blocks of C accumulate in registers over the whole depth:
+// along the rows of B when B is stored as is, as dot products along them when B is stored
+// transposed. Every accumulator index is a compile-time constant, so the blocks stay in
+// registers; everything is compiled for each instruction set (tensor/isa.hpp).
+template <class T> constexpr int64_t kVector = 64 / sizeof(T);  // one AVX-512 register of T
+
+// beta = 0 overwrites C, NaN included.
+template <class T> void store_scaled(T& out, T value, T alpha, T beta) { out = alpha * value + (beta == T(0) ? T(0) : beta * out); }
+
+// MR rows of C over NC columns from B stored row-major (b points at their first column); only the
+// first nc columns are stored.
+template <class T, int64_t MR, int64_t NC, class ARow>
+void row_block(int64_t k, const ARow& a_row, const T* b, int64_t ldb, T* c, int64_t ldc, int64_t nc, T alpha, T beta) {
+  T acc[MR][NC] = {};
+  for (int64_t p = 0; p < k; ++p) {
+    const T* bp = b + p * ldb;
+    for (int64_t r = 0; r < MR; ++r) {
+      const T ar = a_row(r, p);
+      // simd: a loop of one vector would otherwise be unrolled first and then not vectorized.
+#pragma omp simd
+      for (int64_t l = 0; l < NC; ++l) acc[r][l] += ar * bp[l];
+    }
+  }
+  if (nc == NC) {
+    for (int64_t r = 0; r < MR; ++r)
+#pragma omp simd
+      for (int64_t l = 0; l < NC; ++l) store_scaled(c[r * ldc + l], acc[r][l], alpha, beta);
+    return;
+  }
+  for (int64_t r = 0; r < MR; ++r)
+    for (int64_t l = 0; l < nc; ++l) store_scaled(c[r * ldc + l], acc[r][l], alpha, beta);
+}
+
+// One row of C from B stored row-major: whole rows of B stream through, four at a time, into the
+// row of C held in cache (a row vector times a matrix reads the matrix once, contiguously).
 template <class T>
-using RowMajorMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, 0,
-                               Eigen::OuterStride<>>;
-template <class T>
-using ColMajorMap = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>, 0,
-                               Eigen::OuterStride<>>;
-template <class T>
-using OutMap = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>, 0, Eigen::OuterStride<>>;
+void gemv_rows(int64_t n, int64_t k, T alpha, const T* a, int64_t a_step, const T* b, int64_t ldb, T beta, T* c) {
+  for (int64_t j = 0; j < n; ++j) c[j] = beta == T(0) ? T(0) : beta * c[j];  // beta = 0 ignores NaN in C
+  int64_t p = 0;
+  for (; p + 4 <= k; p += 4) {
+    const T a0 = alpha * a[p * a_step], a1 = alpha * a[(p + 1) * a_step], a2 = alpha * a[(p + 2) * a_step],
+            a3 = alpha * a[(p + 3) * a_step];
+    const T *b0 = b + p * ldb, *b1 = b0 + ldb, *b2 = b1 + ldb, *b3 = b2 + ldb;
+    for (int64_t j = 0; j < n; ++j) c[j] += (a0 * b0[j] + a1 * b1[j]) + (a2 * b2[j] + a3 * b3[j]);
+  }
+  for (; p < k; ++p) {
+    const T ap = alpha * a[p * a_step];
+    const T* bp = b + p * ldb;
+    for (int64_t j = 0; j < n; ++j) c[j] += ap * bp[j];
+  }
+}
+
+template <class T, int64_t MR, int64_t NC>
+void gemm_rows(bool ta, int64_t i0, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b, int64_t ldb,
+               T beta, T* c, int64_t ldc, std::vector<T>& panel) {
+  // op(A)(i, p) through strides, not a branch: a branch in the depth loop keeps it from vectorizing.
+  const int64_t row_step = ta ? 1 : lda, depth_step = ta ? lda : 1;
+  const T* a_rows = a + i0 * row_step;
+  auto a_row = [&](int64_t r, int64_t p) { return a_rows[r * row_step + p * depth_step]; };
+  T* c_rows = c + i0 * ldc;
+  int64_t j0 = 0;
+  for (; j0 + NC <= n; j0 += NC) row_block<T, MR, NC>(k, a_row, b + j0, ldb, c_rows + j0, ldc, NC, alpha, beta);
+  if (j0 == n) return;
+  // The last columns, fewer than NC: B's panel copied with zeros beyond n (once for all row
+  // blocks), so the same kernel runs on it.
+  const int64_t nc = n - j0;
+  if (panel.empty()) {
+    panel.assign(static_cast<size_t>(k * NC), T(0));
+    for (int64_t p = 0; p < k; ++p) std::copy_n(b + p * ldb + j0, nc, panel.data() + p * NC);
+  }
+  row_block<T, MR, NC>(k, a_row, panel.data(), NC, c_rows + j0, ldc, nc, alpha, beta);
+}
+
+// MR rows of C, four columns at a time, from B stored transposed (n x k): dot products of rows of
+// op(A) (contiguous, ld k) with rows of B, in vector-wide partial sums. The four rows of B are
+// named, not indexed: loads through an array of pointers do not vectorize.
+template <class T, int64_t MR>
+void gemm_dots(const T* a_rows, int64_t i0, int64_t n, int64_t k, T alpha, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  constexpr int64_t V = kVector<T>;
+  for (int64_t j0 = 0; j0 < n; j0 += 4) {
+    auto row = [&](int64_t q) { return b + std::min(j0 + q, n - 1) * ldb; };  // past n: computed, not stored
+    const T *b0 = row(0), *b1 = row(1), *b2 = row(2), *b3 = row(3);
+    T lanes[MR][4][V] = {};
+    int64_t p = 0;
+    for (; p + V <= k; p += V)
+      for (int64_t r = 0; r < MR; ++r) {
+        const T* ar = a_rows + r * k + p;
+#pragma omp simd
+        for (int64_t l = 0; l < V; ++l) {
+          const T x = ar[l];
+          lanes[r][0][l] += x * b0[p + l];
+          lanes[r][1][l] += x * b1[p + l];
+          lanes[r][2][l] += x * b2[p + l];
+          lanes[r][3][l] += x * b3[p + l];
+        }
+      }
+    for (int64_t r = 0; r < MR; ++r) {
+      T sums[4] = {};
+      for (int64_t q = 0; q < 4; ++q)
+        for (int64_t l = 0; l < V; ++l) sums[q] += lanes[r][q][l];
+      for (int64_t t = p; t < k; ++t) {
+        const T x = a_rows[r * k + t];
+        sums[0] += x * b0[t], sums[1] += x * b1[t], sums[2] += x * b2[t], sums[3] += x * b3[t];
+      }
+      for (int64_t q = 0; q < 4; ++q)
+        if (j0 + q < n) store_scaled(c[(i0 + r) * ldc + j0 + q], sums[q], alpha, beta);
+    }
+  }
+}
 
 template <class T>
-void eigen_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
+void small_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
                 int64_t ldb, T beta, T* c, int64_t ldc) {
-  OutMap<T> C(c, m, n, Eigen::OuterStride<>(ldc));
-  // noalias: accumulate straight into C (otherwise Eigen builds A*B in a zeroed temporary first).
-  auto run = [&](const auto& A, const auto& B) {
-    if (beta == T(0)) {
-      C.noalias() = alpha * (A * B);
+  thread_local std::vector<T> scratch;  // B's last column panel, or the rows of op(A) packed
+  scratch.clear();
+  for_this_cpu([&] {
+    if (!tb) {
+      int64_t i0 = 0;
+      // Blocks one vector wide for narrow outputs, two otherwise.
+      if (n <= kVector<T>)
+        for (; i0 + 4 <= m; i0 += 4) gemm_rows<T, 4, kVector<T>>(ta, i0, n, k, alpha, a, lda, b, ldb, beta, c, ldc, scratch);
+      else
+        for (; i0 + 4 <= m; i0 += 4) gemm_rows<T, 4, 2 * kVector<T>>(ta, i0, n, k, alpha, a, lda, b, ldb, beta, c, ldc, scratch);
+      for (; i0 < m; ++i0) gemv_rows(n, k, alpha, ta ? a + i0 : a + i0 * lda, ta ? lda : 1, b, ldb, beta, c + i0 * ldc);
       return;
     }
-    if (beta != T(1)) C *= beta;
-    C.noalias() += alpha * (A * B);
-  };
-  // op(A) is m x k: stored row-major (m x k, ld lda) or, when transposed, as k x m row-major,
-  // which is the same memory as an m x k column-major matrix.
-  if (!ta && !tb) run(RowMajorMap<T>(a, m, k, Eigen::OuterStride<>(lda)), RowMajorMap<T>(b, k, n, Eigen::OuterStride<>(ldb)));
-  else if (ta && !tb) run(ColMajorMap<T>(a, m, k, Eigen::OuterStride<>(lda)), RowMajorMap<T>(b, k, n, Eigen::OuterStride<>(ldb)));
-  else if (!ta && tb) run(RowMajorMap<T>(a, m, k, Eigen::OuterStride<>(lda)), ColMajorMap<T>(b, k, n, Eigen::OuterStride<>(ldb)));
-  else run(ColMajorMap<T>(a, m, k, Eigen::OuterStride<>(lda)), ColMajorMap<T>(b, k, n, Eigen::OuterStride<>(ldb)));
+    for (int64_t i0 = 0; i0 < m; i0 += 2) {
+      const int64_t mr = std::min<int64_t>(2, m - i0);
+      const T* rows = a + i0 * lda;
+      if (ta || (mr > 1 && lda != k)) {
+        scratch.resize(static_cast<size_t>(mr * k));
+        for (int64_t r = 0; r < mr; ++r)
+          for (int64_t p = 0; p < k; ++p) scratch[r * k + p] = ta ? a[p * lda + i0 + r] : a[(i0 + r) * lda + p];
+        rows = scratch.data();
+      }
+      if (mr == 2) gemm_dots<T, 2>(rows, i0, n, k, alpha, b, ldb, beta, c, ldc);
+      else gemm_dots<T, 1>(rows, i0, n, k, alpha, b, ldb, beta, c, ldc);
+    }
+  });
 }
 
 // C = alpha * a b^T + beta * C for a column a (m) and a row b (n): the weight gradient of a
@@ -71,20 +186,38 @@ void rank1_update(int64_t m, int64_t n, T alpha, const T* a, int64_t sa, const T
     for (int64_t j = 0; j < n; ++j) row[j] = b[j * sb];
     b = row.data();
   }
-  for (int64_t i = 0; i < m; ++i) {
-    const T ai = alpha * a[i * sa];
-    T* ci = c + i * ldc;
-    if (beta == T(0))
-      for (int64_t j = 0; j < n; ++j) ci[j] = ai * b[j];
-    else
-      for (int64_t j = 0; j < n; ++j) ci[j] = beta * ci[j] + ai * b[j];
-  }
+  // By value: through references, every store into C might change alpha or beta.
+  for_this_cpu([m, n, alpha, a, sa, b, beta, c, ldc] {
+    for (int64_t i = 0; i < m; ++i) {
+      const T ai = alpha * a[i * sa];
+      T* ci = c + i * ldc;
+      if (beta == T(0))
+        for (int64_t j = 0; j < n; ++j) ci[j] = ai * b[j];
+      else
+        for (int64_t j = 0; j < n; ++j) ci[j] = beta * ci[j] + ai * b[j];
+    }
+  });
 }
 
-// oneDNN's JIT gemm wins once there are enough rows to fill its AVX-512 tiles; Eigen's
-// matrix-vector kernels win for single rows and for small products of depth below 16
-// (bench/gemm.cpp, docs/performance.md).
-bool use_onednn(int64_t m, int64_t n, int64_t k) { return m >= 8 && n >= 8 && (k >= 16 || m * n >= (1 << 16)); }
+// Products below this many multiply-adds run on one thread: waking a second costs more.
+constexpr int64_t kThreadedProduct = int64_t{1} << 18;
+
+// oneDNN's JIT gemm wins from two rows up; for a single row kiln's gemv streams the matrix once
+// and matches the best on one thread. A threaded single row is faster alone but slows the rest of
+// a small step: the other thread spins on after it (bench/gemm.cpp, docs/performance.md).
+bool use_onednn(int64_t m, int64_t n, int64_t k) { return m >= 2 && !(n <= kVector<float> && k <= kVector<float>); }
+
+// oneDNN sizes its team from omp_get_max_threads() of the calling thread: a small product is
+// held to one thread for the call.
+void onednn_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                  const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  const int threads = omp_get_max_threads();
+  const bool single = threads > 1 && m * n * k < kThreadedProduct;
+  if (single) omp_set_num_threads(1);
+  const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (single) omp_set_num_threads(threads);
+  if (st != dnnl_success) throw Error("gemm: oneDNN sgemm failed with status " + std::to_string(st));
+}
 
 }  // namespace
 
@@ -113,17 +246,13 @@ void gemm(bool ta_in, bool tb_in, int64_t m, int64_t n, int64_t k, double alpha,
     const float* pa = a.storage.data<float>();
     const float* pb = b.storage.data<float>();
     float* pc = c.data<float>();
-    if (use_onednn(m, n, k)) {
-      dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, static_cast<float>(alpha), pa, a.ld, pb,
-                                    b.ld, static_cast<float>(beta), pc, ldc);
-      if (st != dnnl_success) throw Error("gemm: oneDNN sgemm failed with status " + std::to_string(st));
-      return;
-    }
-    eigen_gemm<float>(ta, tb, m, n, k, static_cast<float>(alpha), pa, a.ld, pb, b.ld, static_cast<float>(beta), pc, ldc);
+    if (use_onednn(m, n, k))
+      return onednn_sgemm(ta, tb, m, n, k, static_cast<float>(alpha), pa, a.ld, pb, b.ld, static_cast<float>(beta), pc, ldc);
+    small_gemm<float>(ta, tb, m, n, k, static_cast<float>(alpha), pa, a.ld, pb, b.ld, static_cast<float>(beta), pc, ldc);
     return;
   }
   if (c.dtype() == DType::f64) {
-    eigen_gemm<double>(ta, tb, m, n, k, alpha, a.storage.data<double>(), a.ld, b.storage.data<double>(), b.ld, beta,
+    small_gemm<double>(ta, tb, m, n, k, alpha, a.storage.data<double>(), a.ld, b.storage.data<double>(), b.ld, beta,
                        c.data<double>(), ldc);
     return;
   }

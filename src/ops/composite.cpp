@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "tensor/dispatch.hpp"
+#include "tensor/isa.hpp"
 #include "tensor/parallel.hpp"
 
 namespace kiln {
@@ -19,17 +20,32 @@ constexpr int64_t kParallelElements = 1 << 15;
 // lines are not read first (ordinary stores read each line before writing it: 50% more traffic).
 constexpr int64_t kStreamingBytes = int64_t{8} << 20;
 
-// dst and src 64-byte aligned, bytes a multiple of 64 except possibly at the very end.
-void stream_copy(std::byte* dst, const std::byte* src, size_t bytes) {
+// dst and src 64-byte aligned, bytes a multiple of 64 except possibly at the very end; the widest
+// stores this CPU has.
+[[gnu::target(KILN_TARGET_AVX512)]] size_t stream_copy_avx512(std::byte* dst, const std::byte* src, size_t bytes) {
   size_t i = 0;
-#if defined(__AVX512F__)
   for (; i + 64 <= bytes; i += 64)
     _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + i), _mm512_load_si512(reinterpret_cast<const void*>(src + i)));
-#elif defined(__AVX__)
+  return i;
+}
+[[gnu::target(KILN_TARGET_AVX2)]] size_t stream_copy_avx2(std::byte* dst, const std::byte* src, size_t bytes) {
+  size_t i = 0;
   for (; i + 32 <= bytes; i += 32)
     _mm256_stream_si256(reinterpret_cast<__m256i*>(dst + i), _mm256_load_si256(reinterpret_cast<const __m256i*>(src + i)));
-#endif
-  std::memcpy(dst + i, src + i, bytes - i);
+  return i;
+}
+size_t stream_copy_sse2(std::byte* dst, const std::byte* src, size_t bytes) {
+  size_t i = 0;
+  for (; i + 16 <= bytes; i += 16)
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), _mm_load_si128(reinterpret_cast<const __m128i*>(src + i)));
+  return i;
+}
+void stream_copy(std::byte* dst, const std::byte* src, size_t bytes) {
+  const Isa isa = active_isa();
+  const size_t done = isa == Isa::avx512 ? stream_copy_avx512(dst, src, bytes)
+                      : isa == Isa::avx2 ? stream_copy_avx2(dst, src, bytes)
+                                         : stream_copy_sse2(dst, src, bytes);
+  std::memcpy(dst + done, src + done, bytes - done);
 }
 
 // How a block of one input is obtained.
@@ -342,11 +358,11 @@ void Composite::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out)
     for (auto& p : partials) p.assign(n_out, 0.0);
   if (parallel) {
     parallel_region(threads, [&](int t, int nt) {
-      run_blocks(workspace(), n_blocks * t / nt, n_blocks * (t + 1) / nt, partials[t]);
+      for_this_cpu([&] { run_blocks(workspace(), n_blocks * t / nt, n_blocks * (t + 1) / nt, partials[t]); });
       if (streaming) _mm_sfence();
     });
   } else {
-    run_blocks(caller, 0, n_blocks, partials[0]);
+    for_this_cpu([&] { run_blocks(caller, 0, n_blocks, partials[0]); });
     if (streaming) _mm_sfence();
   }
   if (!reducing) return;

@@ -27,19 +27,27 @@ const char* kind_name(ReduceKind k) {
 
 bool contains(const std::vector<int64_t>& v, int64_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
-// Sums a run of n elements by pairwise halving over blocks of 8 partial sums (NumPy's method): the
-// rounding error grows with log n instead of n, and the blocks vectorize.
+// Sums a run of n elements pairwise (as NumPy does): blocks of 128 are summed in 8 lanes, and the
+// block sums are combined as a balanced binary tree through a carry stack. The rounding error
+// grows with log n instead of n; no recursion, so each instruction set gets its own copy inlined.
 template <class Acc, class T> Acc pairwise_sum(const T* x, int64_t n, int64_t stride) {
-  if (n > 128) {
-    const int64_t half = (n / 2) & ~int64_t{7};
-    return pairwise_sum<Acc>(x, half, stride) + pairwise_sum<Acc>(x + half * stride, n - half, stride);
+  constexpr int64_t kBlock = 128;
+  Acc stack[64];
+  int depth = 0;
+  for (int64_t start = 0, block = 0; start < n; start += kBlock, ++block) {
+    const T* b = x + start * stride;
+    const int64_t m = std::min(kBlock, n - start);
+    Acc lanes[8] = {};
+    int64_t i = 0;
+    for (; i + 8 <= m; i += 8)
+      for (int l = 0; l < 8; ++l) lanes[l] += static_cast<Acc>(b[(i + l) * stride]);
+    Acc sum = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+    for (; i < m; ++i) sum += static_cast<Acc>(b[i * stride]);
+    for (int64_t carry = block; carry & 1; carry >>= 1) sum = stack[--depth] + sum;
+    stack[depth++] = sum;
   }
-  Acc lanes[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int l = 0; l < 8; ++l) lanes[l] += static_cast<Acc>(x[(i + l) * stride]);
-  Acc total = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
-  for (; i < n; ++i) total += static_cast<Acc>(x[i * stride]);
+  Acc total = 0;
+  while (depth > 0) total = stack[--depth] + total;
   return total;
 }
 

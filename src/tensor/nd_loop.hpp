@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "kiln/tensor.hpp"
+#include "tensor/isa.hpp"
 #include "tensor/parallel.hpp"
 
 namespace kiln {
@@ -43,6 +44,8 @@ StridedLoop<K> collapse_loop(const Shape& shape, const std::array<Shape, K>& str
 }
 
 // inner(n, offsets, steps): one innermost run of n elements starting at offsets, stepping steps.
+// The runs are compiled for each instruction set and run in the copy for this CPU (tensor/isa.hpp):
+// every strided kernel gets its vector code here.
 template <size_t K, class Inner>
 void run_loop_range(const StridedLoop<K>& loop, int64_t outer_begin, int64_t outer_end, int64_t inner_begin,
                     int64_t inner_end, Inner&& inner) {
@@ -53,17 +56,19 @@ void run_loop_range(const StridedLoop<K>& loop, int64_t outer_begin, int64_t out
     return;
   }
   for (size_t k = 0; k < K; ++k) steps[k] = loop.strides[k][nd - 1];
-  for (int64_t o = outer_begin; o < outer_end; ++o) {
-    std::array<int64_t, K> off = loop.base;
-    int64_t rest = o;
-    for (int64_t d = nd - 2; d >= 0; --d) {
-      int64_t i = rest % loop.shape[d];
-      rest /= loop.shape[d];
-      for (size_t k = 0; k < K; ++k) off[k] += i * loop.strides[k][d];
+  for_this_cpu([&] {
+    for (int64_t o = outer_begin; o < outer_end; ++o) {
+      std::array<int64_t, K> off = loop.base;
+      int64_t rest = o;
+      for (int64_t d = nd - 2; d >= 0; --d) {
+        int64_t i = rest % loop.shape[d];
+        rest /= loop.shape[d];
+        for (size_t k = 0; k < K; ++k) off[k] += i * loop.strides[k][d];
+      }
+      for (size_t k = 0; k < K; ++k) off[k] += inner_begin * steps[k];
+      inner(inner_end - inner_begin, off, steps);
     }
-    for (size_t k = 0; k < K; ++k) off[k] += inner_begin * steps[k];
-    inner(inner_end - inner_begin, off, steps);
-  }
+  });
 }
 
 // Runs the loop, on several threads when the work (elements x cost per element) pays for them.
