@@ -307,9 +307,10 @@ std::optional<std::string> value_difference(const Tensor& old_value, const Tenso
   return std::nullopt;
 }
 
-// Whether a rewrite's new value may stand for the old one. An elementwise old value is judged by
-// its long double value (the reference), within the dtype's tolerance plus the reference's own
-// error, estimated from the old value's: long double carries 11 more bits than f64.
+// Whether a rewrite's new value may stand for the old one: equal to it within the dtype's
+// precision, or, for an elementwise old value, to its long double value (the reference) within
+// that precision plus the reference's own error, estimated from the old value's (long double
+// carries 11 more bits than f64).
 std::optional<std::string> rewrite_difference(const Tensor& old_value, const Tensor& new_value, const Var& old_var,
                                               const std::vector<Var>& boundary, const std::vector<Tensor>& boundary_values) {
   if (boundary.empty() || !is_float(old_value.dtype()) || old_value.shape() != new_value.shape())
@@ -322,6 +323,7 @@ std::optional<std::string> rewrite_difference(const Tensor& old_value, const Ten
     const long double r = reference[i];
     // Where the old value overflowed, the reference's own error cannot be estimated: not judged.
     if (!std::isfinite(r) || !std::isfinite(a[i])) continue;
+    if (std::fabs(a[i] - b[i]) <= static_cast<double>(atol + rtol * std::fabs(a[i]))) continue;
     const long double own_error = std::fabs(static_cast<long double>(a[i]) - r) / 2048;
     if (std::fabs(static_cast<long double>(b[i]) - r) <= atol + rtol * std::fabs(r) + 2 * own_error) continue;
     return "element " + std::to_string(i) + " is " + std::to_string(b[i]) + " instead of " + std::to_string(a[i]) +

@@ -1,7 +1,6 @@
 // specialize: replace general patterns by the special ops that compute them in one step.
 #include "kiln/ops.hpp"
 #include "ops/blas.hpp"
-#include "ops/reduce.hpp"
 #include "rewrite/catalogue.hpp"
 #include "ops/patterns.hpp"
 
@@ -69,34 +68,13 @@ std::vector<Var> special_powers(FunctionGraph&, Node& n) {
   return {};
 }
 
-// sum(s * x) -> s * sum(x) for a scalar s: the scaling runs on the (smaller) sum
-std::vector<Var> sum_of_scaled(FunctionGraph& graph, Node& n) {
-  const auto& r = static_cast<const Reduce&>(*n.op);
-  const Var& in = n.inputs[0];
-  if (r.kind() != ReduceKind::sum || !is_float(in.dtype()) || pattern::live_clients(graph, in) != 1) return {};
-  auto factors = match(in, ScalarOp::mul);
-  if (!factors) return {};
-  for (size_t i = 0; i < factors->size(); ++i) {
-    auto s = as_scalar((*factors)[i]);
-    if (!s) continue;
-    std::vector<Var> rest;
-    for (size_t j = 0; j < factors->size(); ++j)
-      if (j != i) rest.push_back((*factors)[j]);
-    Var product = rest.size() == 1 ? rest[0] : apply1(std::make_shared<Elemwise>(ScalarOp::mul, DType::f32, static_cast<int>(rest.size())), rest, n.loc);
-    if (product.ndim() != in.ndim()) return {};
-    return {*s * apply1(n.op, {product}, n.loc)};
-  }
-  return {};
-}
-
 }  // namespace
 
 RewriteGroup specialize_group() {
   return {"specialize",
           {},
           {{"gemm_from_sum", {op_class<Elemwise>()}, gemm_from_sum},
-           {"special_powers", {op_class<Elemwise>()}, special_powers},
-           {"sum_of_scaled", {op_class<Reduce>()}, sum_of_scaled}}};
+           {"special_powers", {op_class<Elemwise>()}, special_powers}}};
 }
 
 }  // namespace kiln
