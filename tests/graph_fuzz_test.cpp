@@ -2,7 +2,7 @@
 // and Lop included), compiled in every mode, on 1 to 3 threads, with kept buffers and borrowed
 // inputs and outputs or without, each called twice: every output and every shared value must
 // equal a plain, single-threaded, copying run. Seeds are fixed; KILN_FUZZ_SEEDS runs more
-// (bench/fuzz.sh).
+// (bench/fuzz.sh); KILN_FUZZ_SHOW=seed checks one seed and prints what locates a failure.
 #include <cstdlib>
 #include <typeinfo>
 #include <iostream>
@@ -122,8 +122,8 @@ Case random_case(uint32_t seed) {
       c.inputs.push_back(e);
     }
   }
-  if (g.coin()) c.updates.push_back({w, g.of_shape({kRows, kCols}).var * 0.5});
-  if (g.coin()) c.updates.push_back({u, g.of_shape({kCols}).var * 0.5 + u * 0.5});
+  if (g.coin()) c.updates.push_back({w, cast(g.of_shape({kRows, kCols}).var * 0.5, f64)});
+  if (g.coin()) c.updates.push_back({u, cast(g.of_shape({kCols}).var * 0.5 + u * 0.5, f64)});
   if (g.coin() && g.coin()) {  // v stands for a graph of A
     c.givens.push_back({v, sum(a, {0}) * 0.1});
     c.inputs.erase(c.inputs.begin() + 2);
@@ -175,13 +175,43 @@ std::vector<std::vector<Tensor>> run(const Case& c, const Config& config) {
   return calls;
 }
 
+// KILN_FUZZ_SHOW=seed: that seed's graph and its first output with every rewrite group, and every
+// single rewrite, applied alone: where a mode disagrees, the rewrite at fault shows.
+void show(const Case& c) {
+  std::cout << c.text;
+  std::vector<Mode> modes{Mode("plain", {}), Mode::fast_compile(), Mode::fast_run(), Mode::debug()};
+  for (const char* group : {"merge", "constant_folding", "canonicalize", "stabilize", "specialize", "fusion"}) {
+    modes.push_back(Mode(std::string("only ") + group, {group}));
+    const RewriteGroup& whole = rewrite_group(group);
+    for (const auto& g : whole.globals) {
+      register_rewrite_group({std::string("one ") + g.name, {g}, {}});
+      modes.push_back(Mode(std::string("one ") + g.name, {std::string("one ") + g.name}));
+    }
+    for (const auto& l : whole.locals) {
+      register_rewrite_group({std::string("one ") + l.name, {}, {l}});
+      modes.push_back(Mode(std::string("one ") + l.name, {std::string("one ") + l.name}));
+    }
+  }
+  for (const Mode& mode : modes) {
+    Config config;
+    config.mode = mode;
+    try {
+      std::cout << mode.name() << ": " << run(c, config)[0][0].to_vector<double>()[0] << "\n";
+    } catch (const std::exception& e) {
+      std::cout << mode.name() << ": " << e.what() << "\n";
+    }
+  }
+}
+
 }  // namespace
 
 TEST(GraphFuzz, EveryModeThreadCountAndMemoryOptionAgreesWithAPlainRun) {
-  const int n = seeds(150);
+  const char* one = std::getenv("KILN_FUZZ_SHOW");
+  const int n = one ? 1 : seeds(150);
   int graphs = 0, runs = 0, failing = 0;
-  for (uint32_t seed = 0; seed < static_cast<uint32_t>(n); ++seed) {
+  for (uint32_t seed = one ? static_cast<uint32_t>(std::atoi(one)) : 0, end = seed + static_cast<uint32_t>(n); seed < end; ++seed) {
     const Case c = random_case(seed);
+    if (one) show(c);
     std::vector<Tensor> inputs_before;
     for (const Tensor& a : c.args) inputs_before.push_back(a.clone());
     std::vector<std::vector<Tensor>> want;
@@ -235,37 +265,3 @@ TEST(GraphFuzz, EveryModeThreadCountAndMemoryOptionAgreesWithAPlainRun) {
             << " configurations, each called twice\n";
   EXPECT_EQ(graphs, n);
 }
-
-// KILN_FUZZ_SHOW=seed prints that seed's graph and its first output in every mode and thread count.
-TEST(GraphFuzz, ShowOneSeed) {
-  const char* show = std::getenv("KILN_FUZZ_SHOW");
-  if (!show) GTEST_SKIP() << "set KILN_FUZZ_SHOW=seed to print one seed's graph and values";
-  const Case c = random_case(static_cast<uint32_t>(std::atoi(show)));
-  std::cout << c.text;
-  std::vector<Mode> modes{Mode("plain", {}), Mode::fast_compile(), Mode::fast_run(), Mode::debug()};
-  for (const char* group : {"merge", "constant_folding", "canonicalize", "stabilize", "specialize", "fusion"}) {
-    modes.push_back(Mode(std::string("only ") + group, {group}));
-    const RewriteGroup& whole = rewrite_group(group);
-    for (const auto& g : whole.globals) {
-      register_rewrite_group({std::string("one ") + g.name, {g}, {}});
-      modes.push_back(Mode(std::string("one ") + g.name, {std::string("one ") + g.name}));
-    }
-    for (const auto& l : whole.locals) {
-      register_rewrite_group({std::string("one ") + l.name, {}, {l}});
-      modes.push_back(Mode(std::string("one ") + l.name, {std::string("one ") + l.name}));
-    }
-  }
-  for (const Mode& mode : modes)
-    for (int threads = 1; threads <= 2; ++threads) {
-      Config config;
-      config.mode = mode;
-      config.threads = threads;
-      try {
-        const auto calls = run(c, config);
-        std::cout << config.str() << ": " << calls[0][0].to_vector<double>()[0] << "\n";
-      } catch (const std::exception& e) {
-        std::cout << config.str() << ": " << e.what() << "\n";
-      }
-    }
-}
-

@@ -113,3 +113,15 @@ TEST(Reduce, SumsAreAccurateOnLongRuns) {
   Function f = function({x}, {sum(x)}, {.mode = plain_mode()});
   EXPECT_NEAR(f(tenths)[0].item<double>(), 1e6, 1e-8);
 }
+
+// Found by the differential fuzzer: max and min over an empty axis raised without keepdims but
+// returned -inf / +inf with it; NumPy raises for both.
+TEST(Reduce, MaxMinArgmaxOfAnEmptyAxisRaiseWithOrWithoutKeepdims) {
+  Var x = matrix("x", f64);
+  for (bool keep : {false, true}) {
+    Function f = function({x}, {max(x, {0}, keep), min(x, {0}, keep)});
+    expect_error<ShapeError>([&] { f(Tensor::zeros({0, 3}, f64)); }, {"empty axis 0", "(0,3)"});
+    expect_error<ShapeError>([&] { function({x}, {argmax(x, {0}, keep)})(Tensor::zeros({0, 3}, f64)); }, {"empty axis"});
+    EXPECT_EQ(function({x}, {max(x, {1}, keep)})(Tensor::zeros({0, 3}, f64))[0].numel(), 0);  // nothing to reduce, no error
+  }
+}

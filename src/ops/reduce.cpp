@@ -242,10 +242,13 @@ std::vector<Type> Reduce::infer_types(const std::vector<Type>& in) const {
 std::vector<Shape> Reduce::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
   Shape out;
   for (int64_t d = 0; d < static_cast<int64_t>(in[0].size()); ++d) {
-    if (!contains(axes_, d)) out.push_back(in[0][d]);
+    const bool reduced = contains(axes_, d);
+    // max, min and argmax have no identity: an empty axis has no answer, kept or not (NumPy).
+    if (reduced && in[0][d] == 0 && (kind_ == ReduceKind::max || kind_ == ReduceKind::min || kind_ == ReduceKind::argmax))
+      throw ShapeError(name() + ": cannot reduce the empty axis " + std::to_string(d) + " of shape " + shape_str(in[0]) +
+                       " (max, min and argmax have no value for no elements)");
+    if (!reduced) out.push_back(in[0][d]);
     else if (keepdims_) out.push_back(1);
-    else if ((kind_ == ReduceKind::max || kind_ == ReduceKind::min || kind_ == ReduceKind::argmax) && in[0][d] == 0)
-      throw ShapeError(name() + ": cannot reduce an empty axis " + std::to_string(d) + " of shape " + shape_str(in[0]));
   }
   return {out};
 }
