@@ -254,3 +254,30 @@ TEST(MemoryRules, BorrowedOutputsOfAKeptArenaStayValidUntilTheSameThreadCallsAga
   a.join(), b.join(), c.join(), d.join();
   EXPECT_EQ(wrong.load(), 0);
 }
+
+// Found by the aliasing fuzzer: a shared variable that the graph only updates (never reads) had its
+// old buffer freed when the new value was stored, before an argument viewing those bytes
+// (Tensor::wrap) was copied into an output: the output read freed memory.
+TEST(MemoryRules, AnUpdateKeepsTheOldBufferUntilTheOutputsExist) {
+  Var x = matrix("x", f64), y = matrix("y", f64);
+  Shared w1 = shared(Tensor::full({2, 2}, 1.0, f64), "W1"), w2 = shared(Tensor::full({2, 2}, 0.065, f64), "W2");
+  Function f = function({x, y}, {y, x * 1.0}, {.updates = {{w2, w1 + 1.0}}, .allow_unused_inputs = true});
+  double* old_bytes = w2.get_value({.borrow = true}).data<double>();  // no handle is kept
+  const auto out = f(Tensor::ones({2, 2}, f64), Tensor::wrap(old_bytes, {2, 2}));
+  expect_values(out[0], {0.065, 0.065, 0.065, 0.065});
+  expect_values(w2.get_value(), {2, 2, 2, 2});
+}
+
+// Found by the aliasing fuzzer: a borrowed output may be the caller's argument itself, but when
+// that argument views the old buffer of a variable the call replaces (and frees), it is copied:
+// a borrowed output never aliases kiln's memory.
+TEST(MemoryRules, ABorrowedOutputNeverViewsABufferTheCallReleases) {
+  Var x = matrix("x", f64), y = matrix("y", f64);
+  Shared w1 = shared(Tensor::full({2, 2}, 1.0, f64), "W1"), w2 = shared(Tensor::full({2, 2}, 0.065, f64), "W2");
+  Function f = function({x, y}, {Out(y, {.borrow = true})}, {.updates = {{w2, w1 + 1.0}}, .allow_unused_inputs = true});
+  double* old_bytes = w2.get_value({.borrow = true}).data<double>();
+  const auto out = f(Tensor::ones({2, 2}, f64), Tensor::wrap(old_bytes, {2, 2}));
+  expect_values(out[0], {0.065, 0.065, 0.065, 0.065});
+  EXPECT_FALSE(out[0].shares_memory(w2.get_value({.borrow = true})));
+}
+

@@ -553,10 +553,17 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
     new_values.push_back(aliased ? t.clone() : t);
     if (!all_owned) assigned.add(new_values.back());
   }
+  // A variable the graph does not read is updated without a hold; its old value is kept until the
+  // outputs exist: an argument may view its bytes (Tensor::wrap) and be handed back.
+  std::vector<Tensor> replaced;
   for (size_t k = 0; k < f.updates.size(); ++k) {
     const int i = f.shared_of_update[k];
-    if (i >= 0) holds[static_cast<size_t>(i)]->store(new_values[k]);
-    else f.updates[k].first.get()->shared->store(new_values[k]);
+    if (i >= 0) {
+      holds[static_cast<size_t>(i)]->store(new_values[k]);
+    } else {
+      replaced.push_back(f.updates[k].first.get()->shared->exchange(new_values[k]));
+      if (!all_owned) shared_values.add(replaced.back());  // kiln's memory, freed when the call ends
+    }
   }
 
   std::vector<Tensor> results;
