@@ -125,3 +125,13 @@ TEST(Reduce, MaxMinArgmaxOfAnEmptyAxisRaiseWithOrWithoutKeepdims) {
     EXPECT_EQ(function({x}, {max(x, {1}, keep)})(Tensor::zeros({0, 3}, f64))[0].numel(), 0);  // nothing to reduce, no error
   }
 }
+
+// Found by the oracle sweep: prod's gradient divided by the input, so a zero gave NaN (it was a
+// documented limit). It is the product of the other elements, exact at zeros.
+TEST(Reduce, ProdGradientIsExactAtZeros) {
+  Var x = matrix("x", f64);
+  const Tensor xv = Tensor::from({0.0, 2.0, 3.0, 0.0, 0.0, 4.0, 1.0, 2.0, 3.0}, {3, 3});
+  expect_values(function({x}, {grad(sum(prod(x, {1})), x)})(xv)[0], {6, 0, 0, 0, 0, 0, 6, 3, 2});
+  expect_values(function({x}, {grad(prod(x), x)})(xv)[0], {0, 0, 0, 0, 0, 0, 0, 0, 0});
+  verify_grad([](std::vector<Var> v) { return prod(v[0], {0}); }, {xv});
+}

@@ -280,7 +280,17 @@ std::vector<Var> Reduce::L_op(const Node& node, const std::vector<Var>& gouts) c
       Var count = prod(take(shape_of(x, loc), constant(Tensor::from(idx, {static_cast<int64_t>(idx.size())})), 0, loc), {}, false, loc);
       return {fill_like(x, g / cast(count, x.dtype(), loc), loc)};
     }
-    case ReduceKind::prod: return {g * y / x};
+    case ReduceKind::prod: {
+      // The product of the others, without dividing by zero: a group without zeros gives
+      // prod / x; with one zero, that element gets the product of the rest and the others 0;
+      // with more, every element 0. Built from differentiable ops, so it differentiates again.
+      const Var zero = x == 0.0;
+      const Var nonzero = where(zero, 1.0, x, loc);
+      const Var rest = prod(nonzero, axes_, true, loc);
+      const Var zeros = sum(cast(zero, x.dtype(), loc), axes_, true, loc);
+      const Var others = where(zeros == 0.0, rest / nonzero, where(zero, where(zeros == 1.0, rest, 0.0, loc), 0.0, loc), loc);
+      return {g * others};
+    }
     case ReduceKind::max:
     case ReduceKind::min: return {cast(x == y, x.dtype(), loc) * g};
     case ReduceKind::argmax: return {Var()};
