@@ -1,10 +1,14 @@
-// The measurement behind kiln's matrix-product choice: GFLOP/s of oneDNN's sgemm and of Eigen
-// (compiled for this CPU) on the shapes of the MLP benchmark's training step, 1 thread.
-// NN: forward (x W), NT: input gradient (g W^T), TN: weight gradient (x^T g).
+// The measurement behind kiln's matrix-product choice: GFLOP/s of oneDNN's sgemm and matmul
+// primitive, of Eigen (compiled for this CPU) and of kiln's own choice (kiln::gemm: its kernels
+// compiled for each instruction set, or oneDNN) on the shapes of the MLP benchmark's training
+// step, 1 thread. NN: forward (x W), NT: input gradient (g W^T), TN: weight gradient (x^T g).
 #include <dnnl.h>
 #include <omp.h>
 
 #include <Eigen/Core>
+
+#include "ops/blas.hpp"
+#include "tensor/isa.hpp"
 #include <chrono>
 #include <cstdio>
 #include <random>
@@ -87,17 +91,22 @@ void measure(const char* layout, int64_t m, int64_t k, int64_t n) {
     else if (!ta && tb) c.noalias() = a * b.transpose();
     else c.noalias() = a.transpose() * b.transpose();
   }) / 1e9;
+  const kiln::Tensor ka = kiln::Tensor::wrap(a.data(), {a.rows(), a.cols()}), kb = kiln::Tensor::wrap(b.data(), {b.rows(), b.cols()});
+  kiln::Tensor kc = kiln::Tensor::wrap(c.data(), {m, n});
+  const kiln::Tensor a_op = ta ? ka.view({m, k}, {1, m}, 0) : ka, b_op = tb ? kb.view({k, n}, {1, k}, 0) : kb;
+  double kiln_gemm = flops / seconds_per_call([&] { kiln::gemm(false, false, m, n, k, 1.0, a_op, b_op, 0.0, kc); }) / 1e9;
   const char* best = matmul >= onednn && matmul >= eigen ? "oneDNN matmul" : onednn >= eigen ? "oneDNN sgemm" : "Eigen";
-  std::printf("%-4s %5lld %5lld %5lld %10.1f %10.1f %10.1f   %-14s %s\n", layout, static_cast<long long>(m),
-              static_cast<long long>(k), static_cast<long long>(n), onednn, matmul, eigen, best, prim.impl.c_str());
+  std::printf("%-4s %5lld %5lld %5lld %10.1f %10.1f %10.1f %10.1f   %-14s %s\n", layout, static_cast<long long>(m),
+              static_cast<long long>(k), static_cast<long long>(n), onednn, matmul, eigen, kiln_gemm, best, prim.impl.c_str());
 }
 
 }  // namespace
 
 int main() {
-  omp_set_num_threads(1);
-  std::printf("%-4s %5s %5s %5s %10s %10s %10s   %-14s %s\n", "op", "M", "K", "N", "sgemm", "matmul", "Eigen", "fastest",
-              "matmul implementation (GFLOP/s, 1 thread)");
+  kiln::set_num_threads(1);
+  std::printf("kiln runs its %s kernels on this CPU\n", kiln::isa_name(kiln::active_isa()));
+  std::printf("%-4s %5s %5s %5s %10s %10s %10s %10s   %-14s %s\n", "op", "M", "K", "N", "sgemm", "matmul", "Eigen", "kiln",
+              "fastest", "matmul implementation (GFLOP/s, 1 thread)");
   for (int64_t batch : {1, 10, 60, 1000}) {
     measure("NN", batch, 784, 500);
     measure("NN", batch, 1000, 1000);
