@@ -212,3 +212,16 @@ TEST(Function, CallsHoldingSeveralSharedVariablesNeverDeadlock) {
   EXPECT_EQ(a.get_value().item<double>(), 500);
   EXPECT_EQ(b.get_value().item<double>(), 500);
 }
+
+// Issue 9, item 11: a huge allocation threw a bare std::bad_alloc. Inside a call it is a
+// MemoryError naming the bytes, the shape, the op and the user's line, for an output and for the
+// arena of temporaries (named by its largest value) alike.
+TEST(Function, AnAllocationTheSystemRefusesNamesTheOpShapeBytesAndLine) {
+  Var x = matrix("x");
+  const Tensor tall = Tensor::ones({int64_t{1} << 20, 1});
+  Var outer = dot(x, transpose(x));  const std::string line = "function_test.cpp:" + std::to_string(__LINE__);
+  Function to_output = function({x}, {outer});
+  expect_error<MemoryError>([&] { to_output(tall); }, {"4398046511104 bytes", "f32(1048576,1048576)", "dot", line});
+  Function to_arena = function({x}, {sum(outer)}, {.mode = plain_mode()});
+  expect_error<MemoryError>([&] { to_arena(tall); }, {"bytes", "arena", "dot's output f32(1048576,1048576)", line});
+}

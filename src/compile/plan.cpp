@@ -301,6 +301,12 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
   for (int s = 0; s < n_slots; ++s)
     if (buffer_of[s] >= 0 && buffers[buffer_of[s]].in_arena) plan.offset[s] = buffers[buffer_of[s]].offset;
   plan.uses_arena = !placed.empty();
+  int64_t largest = -1;
+  for (int s = 0; s < n_slots; ++s)
+    if (plan.offset[s] >= 0 && buffers[buffer_of[s]].bytes > largest) {
+      largest = buffers[buffer_of[s]].bytes;
+      plan.largest_in_arena = s;
+    }
 
   // 4. The report: naive is one buffer per computed value; the lower bound is the most bytes live
   // at one instruction in this schedule (in place and views applied); the peak adds the buffers

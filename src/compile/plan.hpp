@@ -20,6 +20,7 @@ struct MemoryPlan {
   std::vector<bool> result_owns_memory;     // per result: its memory is the call's own, shared with no other
   int64_t arena_bytes = 0;
   bool uses_arena = false;  // some value lives in the arena (perhaps every one of them empty)
+  int largest_in_arena = -1;  // the slot of the largest value in the arena: an allocation error names it
   int schedule = 0;  // which of the function's candidate orders it plans (set by the function)
   MemoryReport report;
 };

@@ -221,7 +221,13 @@ void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& 
     try {
       arena = Storage::allocate(static_cast<size_t>(plan.arena_bytes));
     } catch (const MemoryError& e) {
-      throw MemoryError(std::string(e.what()) + " for the arena that holds this call's planned temporaries");
+      std::string largest;
+      if (const int s = plan.largest_in_arena; s >= 0 && p.slot_vars[s]->owner) {
+        const Node& n = *p.slot_vars[s]->owner;
+        largest = "; the largest is " + n.op->name() + "'s output " + dtype_name(p.slot_vars[s]->type.dtype) +
+                  shape_str(*plan.shape[s]) + ", " + n.origin();
+      }
+      throw MemoryError(std::string(e.what()) + " for the arena that holds this call's planned temporaries" + largest);
     }
   }
 #ifndef NDEBUG

@@ -1,4 +1,5 @@
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -86,9 +87,11 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes) {
     release_cached_memory();
     p = std::aligned_alloc(kAlignment, rounded);
   }
-  if (!p)
-    throw MemoryError("out of memory: the system refused " + std::to_string(nbytes) + " bytes (" +
-                      std::to_string(static_cast<double>(nbytes) / double(1 << 30)) + " GiB)");
+  if (!p) {
+    char gib[32];
+    std::snprintf(gib, sizeof gib, "%.1f", static_cast<double>(nbytes) / double(1 << 30));
+    throw MemoryError("out of memory: the system refused " + std::to_string(nbytes) + " bytes (" + gib + " GiB)");
+  }
   auto& c = counters();
   raise_peak(c.bytes_in_use.fetch_add(static_cast<int64_t>(nbytes)) + static_cast<int64_t>(nbytes));
   c.n_allocations.fetch_add(1, std::memory_order_relaxed);
