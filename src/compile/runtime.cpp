@@ -254,12 +254,14 @@ void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& 
     }
     if (!plan.precomputed[k]) {
       const Op& op = *ins.node->op;
-      const auto failed_input = std::find_if(ins.inputs.begin(), ins.inputs.end(), failed);
-      if (failed_input != ins.inputs.end()) {
-        for (int s : ins.outputs) (*failures)[s] = (*failures)[*failed_input];
-        for (int s : ins.release_after) slots[s] = Tensor();
-        ++k;
-        continue;
+      if (failures) {
+        const auto failed_input = std::find_if(ins.inputs.begin(), ins.inputs.end(), failed);
+        if (failed_input != ins.inputs.end()) {
+          for (int s : ins.outputs) (*failures)[s] = (*failures)[*failed_input];
+          for (int s : ins.release_after) slots[s] = Tensor();
+          ++k;
+          continue;
+        }
       }
       inputs.clear();
       for (int s : ins.inputs) inputs.push_back(slots[s]);
