@@ -13,7 +13,11 @@ bin=./build-bench/bench
 [[ -x $bin/bench_heap_torch ]] || { echo "LibTorch was not found; install libtorch-dev" >&2; exit 1; }
 
 "$bin/bench_memory"
-run_torch() { OPENBLAS_CORETYPE=SkylakeX OPENBLAS_NUM_THREADS=1 "$bin/bench_heap_torch" "$@"; }
+# OpenBLAS's core type forced only where the CPU has AVX-512: elsewhere the forced SkylakeX kernels
+# die with SIGILL (bench/mlp.sh, MACHINE-FACTS.md).
+coretype=(-u OPENBLAS_CORETYPE)
+if grep -qw avx512f /proc/cpuinfo; then coretype=(OPENBLAS_CORETYPE=SkylakeX); fi
+run_torch() { env "${coretype[@]}" OPENBLAS_NUM_THREADS=1 "$bin/bench_heap_torch" "$@"; }
 printf "\n%-26s %6s %6s %14s %14s %8s\n" model batch start "kiln bytes" "LibTorch bytes" "kiln/LT"
 for model in 784-10 784-500-10 784-1000-1000-1000-10; do
   for batch in 60 1000; do

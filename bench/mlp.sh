@@ -1,14 +1,25 @@
 #!/usr/bin/env bash
 # Builds and runs the MLP benchmark for kiln and LibTorch and prints the table.
 # kiln runs with no environment variable; LibTorch gets its best settings (MACHINE-FACTS.md):
-# OPENBLAS_CORETYPE=SkylakeX always, OMP_WAIT_POLICY=PASSIVE at 2 threads. Debian's LibTorch calls
-# a pthread OpenBLAS that torch::set_num_threads does not limit, so OPENBLAS_NUM_THREADS holds each
-# row to the number of threads its label says (without it the "1 thread" row uses both cores).
+# OPENBLAS_CORETYPE=SkylakeX where /proc/cpuinfo has avx512f (Debian's OpenBLAS 0.3.21 misdetects
+# some AVX-512 CPUs; on a CPU without AVX-512 the forced kernels die with SIGILL, so there OpenBLAS
+# detects the core itself), OMP_WAIT_POLICY=PASSIVE at 2 threads. Debian's LibTorch calls a pthread
+# OpenBLAS that torch::set_num_threads does not limit, so OPENBLAS_NUM_THREADS holds each row to the
+# number of threads its label says (without it the "1 thread" row uses both cores).
+# Before the table it prints the CPU and the BLAS the peer calls, with the core type OpenBLAS chose,
+# and stops if that BLAS is not OpenBLAS (the reference BLAS is some 20x slower: every ratio would
+# be fake). Any run that fails or does not print one positive number stops the script with a
+# message naming it; no ratio is printed from a failed run.
 # The machine's speed drifts, so each configuration alternates kiln and LibTorch runs (REPEATS
-# each, default 3) and keeps each side's best.
+# each, default 3) and keeps each side's best. MODELS, BATCHES and THREADS (space-separated lists,
+# default all) choose a part of the table; THREADS also chooses the tiny-call rows.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repeats=${REPEATS:-3}
+read -ra models <<<"${MODELS:-784-10 784-500-10 784-1000-1000-1000-10}"
+read -ra batches <<<"${BATCHES:-1 10 60 1000}"
+read -ra thread_counts <<<"${THREADS:-1 2}"
+[[ $repeats =~ ^[1-9][0-9]*$ ]] || { echo "mlp.sh: REPEATS must be a positive integer, not '$repeats'" >&2; exit 1; }
 bash scripts/setup.sh --bench
 cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_BENCH=ON -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_EXAMPLES=OFF >/dev/null
 cmake --build build-bench -j2 >/dev/null
@@ -16,38 +27,103 @@ kiln=./build-bench/bench/bench_mlp_kiln
 torch=./build-bench/bench/bench_mlp_torch
 [[ -x $torch ]] || { echo "LibTorch was not found; install libtorch-dev" >&2; exit 1; }
 
-run_kiln() { env -u OPENBLAS_CORETYPE -u OMP_WAIT_POLICY -u OMP_NUM_THREADS -u OPENBLAS_NUM_THREADS "$kiln" "$@"; }
-run_torch() {
-  local threads=${!#}
-  if [[ $threads == 1 ]]; then
-    OPENBLAS_CORETYPE=SkylakeX OPENBLAS_NUM_THREADS=1 "$torch" "$@"
-  else
-    OPENBLAS_CORETYPE=SkylakeX OPENBLAS_NUM_THREADS="$threads" OMP_WAIT_POLICY=PASSIVE "$torch" "$@"
-  fi
+# The first value of FIELD ("model name", "cpu family", "model") in /proc/cpuinfo.
+cpu_field() {
+  awk -v k="$1" '{ key = $0; sub(/[ \t]*:.*/, "", key) } key == k { v = $0; sub(/^[^:]*:[ \t]*/, "", v); print v; exit }' /proc/cpuinfo
 }
-# best_of HIGHER_IS_BETTER CMD...: the best of $repeats runs for each side, alternating.
-measure() {
-  local better=$1; shift
-  local k t best_k="" best_t=""
-  for ((r = 0; r < repeats; ++r)); do
-    k=$(run_kiln "$@"); t=$(run_torch "$@")
-    best_k=$(awk -v a="$best_k" -v b="$k" -v hi="$better" 'BEGIN { print (a == "" || (hi ? b > a : b < a)) ? b : a }')
-    best_t=$(awk -v a="$best_t" -v b="$t" -v hi="$better" 'BEGIN { print (a == "" || (hi ? b > a : b < a)) ? b : a }')
-  done
-  echo "$best_k $best_t"
+has_flag() { grep -qw -- "$1" /proc/cpuinfo && echo yes || echo no; }
+avx512f=$(has_flag avx512f)
+avx2=$(has_flag avx2)
+
+run_kiln() { env -u OPENBLAS_CORETYPE -u OMP_WAIT_POLICY -u OMP_NUM_THREADS -u OPENBLAS_NUM_THREADS "$kiln" "$@"; }
+# peer_env THREADS: sets peer_env_args to env(1)'s arguments for the LibTorch runs at THREADS.
+peer_env() {
+  peer_env_args=(-u OPENBLAS_CORETYPE -u OMP_WAIT_POLICY OPENBLAS_NUM_THREADS="$1")
+  if [[ $avx512f == yes ]]; then peer_env_args+=(OPENBLAS_CORETYPE=SkylakeX); fi
+  if [[ $1 != 1 ]]; then peer_env_args+=(OMP_WAIT_POLICY=PASSIVE); fi
+}
+# The variables of peer_env_args that are set, for messages.
+peer_env_text() {
+  local a
+  for a in "${peer_env_args[@]}"; do if [[ $a == *=* ]]; then printf '%s ' "$a"; fi; done
+}
+run_torch() {
+  peer_env "${!#}"
+  env "${peer_env_args[@]}" "$torch" "$@"
 }
 
+# fail WHAT STATUS: stops the script, naming the run and how it ended.
+fail() {
+  local why="exit status $2"
+  if (($2 > 128)); then why+=" (killed by signal SIG$(kill -l $(($2 - 128)) 2>/dev/null || echo "$(($2 - 128))"))"; fi
+  echo "mlp.sh: FAILED: $1 ended with $why; stopping, no ratio is printed for it" >&2
+  exit 1
+}
+# run_number WHAT CMD...: runs CMD, which must exit 0 and print one positive number, and sets
+# `number` to it; anything else stops the script (this function runs in the script's own shell,
+# never inside $(...), so its exit ends the script).
+run_number() {
+  local what=$1 out status=0
+  shift
+  out=$("$@") || status=$?
+  ((status == 0)) || fail "$what" "$status"
+  if ! [[ $out =~ ^[0-9]+(\.[0-9]+)?$ ]] || ! awk -v x="$out" 'BEGIN { exit !(x > 0) }'; then
+    echo "mlp.sh: FAILED: $what printed '$out' instead of one positive number; stopping" >&2
+    exit 1
+  fi
+  number=$out
+}
+# measure HIGHER_IS_BETTER ARGS...: the best of $repeats runs of each side on ARGS, alternating,
+# into best_k and best_t.
+measure() {
+  local better=$1 r
+  shift
+  peer_env "${!#}"
+  local kiln_what="kiln run '$kiln $*' (no environment variable)"
+  local torch_what
+  torch_what="LibTorch run '$(peer_env_text)$torch $*'"
+  best_k="" best_t=""
+  for ((r = 0; r < repeats; ++r)); do
+    run_number "$kiln_what" run_kiln "$@"
+    if [[ -z $best_k ]] || awk -v a="$best_k" -v b="$number" -v hi="$better" 'BEGIN { exit !(hi ? b > a : b < a) }'; then best_k=$number; fi
+    run_number "$torch_what" run_torch "$@"
+    if [[ -z $best_t ]] || awk -v a="$best_t" -v b="$number" -v hi="$better" 'BEGIN { exit !(hi ? b > a : b < a) }'; then best_t=$number; fi
+  done
+}
+
+echo "CPU: $(cpu_field "model name") (cpu family $(cpu_field "cpu family"), model $(cpu_field model)); avx512f: $avx512f, avx2: $avx2"
+peer_env 1
+echo "LibTorch environment (1 thread): $(peer_env_text)"
+status=0
+blas=$(env "${peer_env_args[@]}" "$torch" blas) || status=$?
+[[ -n $blas ]] && echo "$blas"
+if ((status == 3)); then
+  echo "mlp.sh: FAILED: LibTorch does not call OpenBLAS; its numbers would be fake. Install libopenblas0-pthread" \
+    "(bash scripts/setup.sh --bench) and select it: update-alternatives --config libblas.so.3-x86_64-linux-gnu" >&2
+  exit 1
+fi
+((status == 0)) || fail "LibTorch BLAS check '$(peer_env_text)$torch blas'" "$status"
+core=$(sed -n 's/^LibTorch BLAS core type: //p' <<<"$blas")
+case "$avx512f/$avx2/$core" in
+  yes/*/SkylakeX | yes/*/Cooperlake | yes/*/SapphireRapids) ;;
+  no/yes/Haswell | no/yes/Zen | no/yes/SkylakeX | no/yes/Cooperlake | no/yes/SapphireRapids) ;;
+  no/no/*) ;;
+  *) echo "WARNING: OpenBLAS chose core type '$core', which does not use this CPU's vector ISA" \
+    "(avx512f: $avx512f, avx2: $avx2); LibTorch's numbers are probably low" ;;
+esac
+echo
+
 printf "%-26s %6s %7s %14s %14s %7s\n" model batch threads "kiln ex/s" "LibTorch ex/s" ratio
-for threads in 1 2; do
-  for model in 784-10 784-500-10 784-1000-1000-1000-10; do
-    for batch in 1 10 60 1000; do
-      read -r k t < <(measure 1 mlp "$model" "$batch" "$threads")
-      printf "%-26s %6s %7s %14s %14s %6.2fx\n" "$model" "$batch" "$threads" "$k" "$t" "$(awk -v a="$k" -v b="$t" 'BEGIN { print a / b }')"
+for threads in "${thread_counts[@]}"; do
+  for model in "${models[@]}"; do
+    for batch in "${batches[@]}"; do
+      measure 1 mlp "$model" "$batch" "$threads"
+      printf "%-26s %6s %7s %14s %14s %6.2fx\n" "$model" "$batch" "$threads" "$best_k" "$best_t" "$(awk -v a="$best_k" -v b="$best_t" 'BEGIN { print a / b }')"
     done
   done
 done
 printf "\n%-34s %12s %14s %7s\n" "tiny call y = 2x + 1 (10 floats)" "kiln us" "LibTorch us" ratio
-for threads in 1 2; do
-  read -r k t < <(measure 0 tiny "$threads")
-  printf "%-34s %12s %14s %6.2fx\n" "threads $threads" "$k" "$t" "$(awk -v a="$k" -v b="$t" 'BEGIN { print b / a }')"
+for threads in "${thread_counts[@]}"; do
+  measure 0 tiny "$threads"
+  printf "%-34s %12s %14s %6.2fx\n" "threads $threads" "$best_k" "$best_t" "$(awk -v a="$best_k" -v b="$best_t" 'BEGIN { print b / a }')"
 done

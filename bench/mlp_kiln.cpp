@@ -28,9 +28,12 @@ int main(int argc, char** argv) {
     const Tensor labels = Tensor::from(bench::random_labels(), {bench::kExamples});
     set_num_threads(std::atoi(argv[4]));
     for (const auto& layers : bench::models())
-      if (bench::model_name(layers) == argv[2])
+      if (bench::model_name(layers) == argv[2]) {
         std::printf("%.0f\n", train_throughput(layers, std::atoll(argv[3]), data, labels));
-    return 0;
+        return 0;
+      }
+    std::fprintf(stderr, "%s: unknown model %s\n", argv[0], argv[2]);
+    return 2;
   }
   if (mode == "tiny" && argc == 3) {
     set_num_threads(std::atoi(argv[2]));

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian packages kiln needs when they are missing. With --bench, also the LibTorch
-# peer for the benchmarks. Runs apt-get as root, or through sudo when it is there.
+# peer for the benchmarks and an OpenBLAS runtime for it: libtorch-dev alone may leave LibTorch on
+# the reference BLAS (libblas3), some 20x slower, which would make every ratio fake.
+# Runs apt-get as root, or through sudo when it is there.
 set -euo pipefail
 packages=(cmake g++ make libgtest-dev libbenchmark-dev zlib1g-dev libeigen3-dev libdnnl-dev dataset-fashion-mnist graphviz qemu-user)
 if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(libtorch-dev)
+  packages+=(libtorch-dev libopenblas0-pthread)
 fi
 missing=()
 for p in "${packages[@]}"; do
