@@ -94,7 +94,7 @@ void measure(const char* layout, int64_t m, int64_t k, int64_t n) {
   const kiln::Tensor ka = kiln::Tensor::wrap(a.data(), {a.rows(), a.cols()}), kb = kiln::Tensor::wrap(b.data(), {b.rows(), b.cols()});
   kiln::Tensor kc = kiln::Tensor::wrap(c.data(), {m, n});
   const kiln::Tensor a_op = ta ? ka.view({m, k}, {1, m}, 0) : ka, b_op = tb ? kb.view({k, n}, {1, k}, 0) : kb;
-  double kiln_gemm = flops / seconds_per_call([&] { kiln::gemm(false, false, m, n, k, 1.0, a_op, b_op, 0.0, kc); }) / 1e9;
+  double kiln_gemm = flops / seconds_per_call([&] { kiln::gemm(1.0, a_op, b_op, 0.0, kc); }) / 1e9;
   const char* best = matmul >= onednn && matmul >= eigen ? "oneDNN matmul" : onednn >= eigen ? "oneDNN sgemm" : "Eigen";
   std::printf("%-4s %5lld %5lld %5lld %10.1f %10.1f %10.1f %10.1f   %-14s %s\n", layout, static_cast<long long>(m),
               static_cast<long long>(k), static_cast<long long>(n), onednn, matmul, eigen, kiln_gemm, best, prim.impl.c_str());

@@ -9,6 +9,7 @@ set(KILN_SOURCES
   src/graph/function_graph.cpp
   src/graph/shared.cpp
   src/graph/print.cpp
+  src/graph/executable.cpp
   src/ops/elemwise.cpp
   src/ops/reduce.cpp
   src/ops/blas.cpp
@@ -20,6 +21,8 @@ set(KILN_SOURCES
   src/ops/ifelse.cpp
   src/ops/patterns.cpp
   src/ops/stable_forms.cpp
+  src/exec/backend.cpp
+  src/exec/run_node.cpp
   src/grad/grad.cpp
   src/rewrite/engine.cpp
   src/rewrite/catalogue.cpp

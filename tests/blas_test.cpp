@@ -125,7 +125,7 @@ TEST(Blas, EveryProductKernelOnEveryInstructionSetMatchesANaiveProduct) {
                 Tensor c = beta == 0.0 ? Tensor::full({m, n}, std::nan(""), dt) : random_tensor({m, n}, dt, -1, 1, 5);
                 std::vector<double> expected = naive_matmul(a, b), before = c.to_vector<double>();
                 for (size_t i = 0; i < expected.size(); ++i) expected[i] = 0.5 * expected[i] + (beta == 0.0 ? 0.0 : before[i]);
-                gemm(false, false, m, n, k, 0.5, a_op, b_op, beta, c);
+                gemm(0.5, a_op, b_op, beta, c);
                 SCOPED_TRACE(std::string(isa_name(isa)) + " " + dtype_name(dt) + " m=" + std::to_string(m) + " k=" +
                              std::to_string(k) + " n=" + std::to_string(n) + (ta ? " A^T" : "") + (tb ? " B^T" : "") +
                              " beta=" + std::to_string(beta));

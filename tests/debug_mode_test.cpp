@@ -1,3 +1,4 @@
+#include "exec/backend.hpp"
 #include "graph/op.hpp"
 #include "rewrite/engine.hpp"
 #include "test_util.hpp"
@@ -45,7 +46,9 @@ class ScribblesOnInput final : public Op {
   void params(OpParams&) const override {}
   std::vector<Type> infer_types(const std::vector<Type>& in) const override { return {in[0]}; }
   std::vector<Shape> infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const override { return {in[0]}; }
-  void perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const override {
+};
+struct ScribblesOnInputKernel final : Executable {
+  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
     Tensor victim = in[0];
     victim.data<double>()[0] = 42;
     out[0].copy_from(in[0]);
@@ -58,8 +61,17 @@ class ReturnsItsInput final : public Op {
   void params(OpParams&) const override {}
   std::vector<Type> infer_types(const std::vector<Type>& in) const override { return {in[0]}; }
   std::vector<Shape> infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const override { return {in[0]}; }
-  void perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const override { out[0] = in[0]; }
 };
+struct ReturnsItsInputKernel final : Executable {
+  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override { out[0] = in[0]; }
+};
+
+const bool kernels_added = [] {
+  cpu_backend().kernels().add<ScribblesOnInput>(
+      [](auto, const Node&) { return std::make_unique<ScribblesOnInputKernel>(); });
+  cpu_backend().kernels().add<ReturnsItsInput>([](auto, const Node&) { return std::make_unique<ReturnsItsInputKernel>(); });
+  return true;
+}();
 }  // namespace
 
 TEST(DebugMode, CatchesAnOpThatModifiesItsInput) {

@@ -1,3 +1,4 @@
+#include "exec/backend.hpp"
 #include "graph/op.hpp"
 #include "test_util.hpp"
 
@@ -77,13 +78,19 @@ class WrongSquare final : public Op {
   void params(OpParams&) const override {}
   std::vector<Type> infer_types(const std::vector<Type>& in) const override { return {in[0]}; }
   std::vector<Shape> infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const override { return {in[0]}; }
-  void perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const override {
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& g) const override { return {g[0] * 3.0 * node.inputs[0]}; }
+};
+struct WrongSquareKernel final : Executable {
+  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
     auto v = in[0].to_vector<double>();
     for (double& x : v) x *= x;
     out[0].copy_from(Tensor::from(v, in[0].shape()));
   }
-  std::vector<Var> L_op(const Node& node, const std::vector<Var>& g) const override { return {g[0] * 3.0 * node.inputs[0]}; }
 };
+const bool kernel_added = [] {
+  cpu_backend().kernels().add<WrongSquare>([](auto, const Node&) { return std::make_unique<WrongSquareKernel>(); });
+  return true;
+}();
 }  // namespace
 
 TEST(VerifyGrad, CatchesAWrongGradient) {

@@ -84,6 +84,7 @@ struct MemoryReport {
   int64_t naive_bytes = 0;         // one buffer per computed value
   int64_t lower_bound_bytes = 0;   // the largest total of values live at one time in the schedule
   int64_t persistent_bytes = 0;    // shared variables
+  int64_t result_bytes = 0;        // of planned_peak_bytes: the values handed back in buffers of their own
   std::vector<std::string> unplanned;  // values whose size depends on data (known only at run time)
   std::string schedule;                // the order of the nodes chosen: the lowest planned peak among
   std::vector<std::pair<std::string, int64_t>> schedules;  // the orders tried, each with its planned peak

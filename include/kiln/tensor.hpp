@@ -37,6 +37,10 @@ template <class T> constexpr DType dtype_of() {
   else static_assert(sizeof(T) == 0, "kiln: unsupported element type (use float, double, int32_t, int64_t, bool)");
 }
 
+// Where a storage's bytes live: the host's memory today. A device backend would add its own tag
+// and allocate through its backend (docs/architecture.md).
+enum class Device : uint8_t { cpu };
+
 // A block of bytes. Owned blocks come from kiln's allocator (64-byte aligned, counted); borrowed
 // blocks belong to the user (Tensor::wrap) and are never freed by kiln.
 class Storage {
@@ -49,6 +53,7 @@ class Storage {
   std::byte* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
   bool owned() const { return owned_; }
+  Device device() const { return device_; }
 
  private:
   Storage(std::byte* data, size_t nbytes, bool owned) : data_(data), nbytes_(nbytes), owned_(owned) {}
@@ -56,6 +61,7 @@ class Storage {
   std::byte* data_;
   size_t nbytes_;
   bool owned_;
+  Device device_ = Device::cpu;  // kiln's allocator and Tensor::wrap hand out host memory
 };
 
 struct AllocatorStats {

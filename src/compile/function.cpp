@@ -402,8 +402,9 @@ Function function(std::vector<In> inputs, std::vector<Out> outputs, FunctionOpti
   }
   f->report.nodes_after = static_cast<int64_t>(f->graph->toposort().size());
   f->graph->on_replace = nullptr;
+  Executables executables;
   for (Schedule& schedule : candidate_orders(f->graph->outputs())) {
-    f->schedules.push_back(emit_program(f->graph->inputs(), f->graph->outputs(), std::move(schedule.order)));
+    f->schedules.push_back(emit_program(f->graph->inputs(), f->graph->outputs(), executables, std::move(schedule.order)));
     f->schedule_names.push_back(schedule.name);
   }
   f->shared_of_update.assign(f->updates.size(), -1);
@@ -433,7 +434,7 @@ Function function(std::vector<In> inputs, std::vector<Out> outputs, FunctionOpti
       r.first_boundary_result = results.size();
       results.insert(results.end(), r.boundary.begin(), r.boundary.end());
     }
-    f->check_program = emit_program(f->graph->inputs(), results);
+    f->check_program = emit_program(f->graph->inputs(), results, executables);
   }
   f->report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 

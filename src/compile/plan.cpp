@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <unordered_set>
 
+#include "exec/run_node.hpp"
 #include "graph/op.hpp"
 #include "ops/shape.hpp"
 
@@ -58,6 +59,8 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
   plan.precomputed.assign(p.code.size(), false);
   plan.offset.assign(n_slots, -1);
   plan.reuse_input.assign(n_slots, -1);
+  plan.scratch_offset.assign(p.code.size(), kNoScratch);
+  plan.scratch_bytes.assign(p.code.size(), 0);
   for (size_t i = 0; i < p.input_slots.size(); ++i) plan.shape[p.input_slots[i]] = input_shapes.at(i);
   for (size_t i = 0; i < p.shared_slots.size(); ++i) plan.shape[p.shared_slots[i].first] = shared_shapes.at(i);
   for (const auto& [s, value] : p.constant_slots) {
@@ -97,13 +100,11 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
     for (size_t o = 0; o < ins.outputs.size(); ++o) plan.shape[ins.outputs[o]] = out_shapes[o];
     const bool reads_shapes_only = dynamic_cast<const ShapeOf*>(&op) != nullptr;
     if (produces_integers(*ins.node) && (all_values || reads_shapes_only)) {
-      std::vector<Tensor> inputs, outputs(ins.outputs.size());
+      std::vector<Tensor> inputs, outputs;
       for (size_t i = 0; i < ins.inputs.size(); ++i)
         inputs.push_back(values[i] ? *values[i] : shape_only(shapes[i], p.slot_vars[ins.inputs[i]]->type.dtype));
-      for (size_t o = 0; o < outputs.size(); ++o)
-        if (!ins.output_is_view[o]) outputs[o] = Tensor::empty(out_shapes[o], ins.node->outputs[o]->type.dtype);
       try {
-        op.perform(inputs, outputs);
+        outputs = evaluate_node(*ins.node, *ins.executable, inputs, cpu_backend());
       } catch (const Error&) {
         if (ins.conditional) continue;
         throw;
@@ -163,6 +164,7 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
   for (int s = 0; s < n_slots; ++s) effective_last[root[s]] = std::max(effective_last[root[s]], last_use[s]);
 
   auto extend = [&](int b, int until) { buffers[b].last = std::max(buffers[b].last, until); };
+  std::vector<int> scratch_buffer(p.code.size(), -1);
   for (size_t k = 0; k < p.code.size(); ++k) {
     if (plan.precomputed[k]) {
       for (int s : p.code[k].outputs) external[s] = true;
@@ -246,6 +248,22 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
       buffer_of[s] = static_cast<int>(buffers.size());
       buffers.push_back({bytes, static_cast<int>(k), static_cast<int>(k), -1, true});
     }
+    // The executable's scratch lives for this one instruction.
+    std::vector<Shape> in_shapes, out_shapes;
+    bool sized = true;
+    for (int s : ins.inputs) sized = sized && plan.shape[s].has_value();
+    for (int s : ins.outputs) sized = sized && plan.shape[s].has_value();
+    if (sized) {
+      for (int s : ins.inputs) in_shapes.push_back(*plan.shape[s]);
+      for (int s : ins.outputs) out_shapes.push_back(*plan.shape[s]);
+      if (const int64_t bytes = ins.executable->scratch_bytes(in_shapes, out_shapes); bytes > 0) {
+        scratch_buffer[k] = static_cast<int>(buffers.size());
+        plan.scratch_bytes[k] = bytes;
+        buffers.push_back({(bytes + kAlign - 1) / kAlign * kAlign, static_cast<int>(k), static_cast<int>(k), -1, true});
+      }
+    } else {
+      plan.scratch_offset[k] = -1;
+    }
     // Readers keep what they read alive; through views, the viewed buffer.
     for (int s : ins.inputs) {
       const int b = buffer_of[root[s]];
@@ -300,6 +318,8 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
   }
   for (int s = 0; s < n_slots; ++s)
     if (buffer_of[s] >= 0 && buffers[buffer_of[s]].in_arena) plan.offset[s] = buffers[buffer_of[s]].offset;
+  for (size_t k = 0; k < p.code.size(); ++k)
+    if (scratch_buffer[k] >= 0) plan.scratch_offset[k] = buffers[scratch_buffer[k]].offset;
   plan.uses_arena = !placed.empty();
   int64_t largest = -1;
   for (int s = 0; s < n_slots; ++s)
@@ -326,6 +346,7 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
       }
   plan.report.lower_bound_bytes = live.empty() ? 0 : *std::max_element(live.begin(), live.end());
   plan.report.planned_peak_bytes = plan.arena_bytes + outside;
+  plan.report.result_bytes = outside;
   return plan;
 }
 
@@ -336,6 +357,8 @@ MemoryPlan unplanned(const Program& p) {
   plan.precomputed.assign(p.code.size(), false);
   plan.offset.assign(p.n_slots, -1);
   plan.reuse_input.assign(p.n_slots, -1);
+  plan.scratch_offset.assign(p.code.size(), -1);
+  plan.scratch_bytes.assign(p.code.size(), 0);
   return plan;
 }
 

@@ -8,6 +8,8 @@
 
 namespace kiln {
 
+inline constexpr int64_t kNoScratch = -2;
+
 // Where every value of one call lives, decided before any kernel runs, for one signature (the
 // shapes of the inputs and shared variables). Computed once per signature and reused.
 struct MemoryPlan {
@@ -17,6 +19,10 @@ struct MemoryPlan {
   std::vector<bool> precomputed;            // per instruction: its outputs are in `value`, it does not run
   std::vector<int64_t> offset;              // per slot: byte offset in the arena, -1 when not there
   std::vector<int> reuse_input;             // per slot: the slot whose buffer it overwrites in place, or -1
+  // Per instruction: where its executable's scratch lies in the arena (for that one instruction),
+  // kNoScratch when it needs none, -1 when only the run can tell (sized and allocated then).
+  std::vector<int64_t> scratch_offset;
+  std::vector<int64_t> scratch_bytes;
   std::vector<bool> result_owns_memory;     // per result: its memory is the call's own, shared with no other
   int64_t arena_bytes = 0;
   bool uses_arena = false;  // some value lives in the arena (perhaps every one of them empty)

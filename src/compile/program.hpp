@@ -2,6 +2,9 @@
 #include <memory>
 #include <vector>
 
+#include <unordered_map>
+
+#include "graph/executable.hpp"
 #include "graph/function_graph.hpp"
 
 namespace kiln {
@@ -11,6 +14,7 @@ namespace kiln {
 struct Instruction {
   enum class Kind { run, jump_if_false, jump };
   const Node* node = nullptr;
+  std::shared_ptr<const Executable> executable;  // made once per node, shared by every schedule
   std::vector<int> inputs;
   std::vector<int> outputs;
   std::vector<int> release_after;    // slots whose last reader is this instruction
@@ -32,12 +36,22 @@ struct Program {
   size_t widest = 0;  // the most inputs or outputs of one instruction
 };
 
+// Each node's executable on the function's backend, made when a program first needs it.
+class Executables {
+ public:
+  std::shared_ptr<const Executable> of(const Node& node);
+
+ private:
+  std::unordered_map<const Node*, std::shared_ptr<const Executable>> made_;
+};
+
 // Numbers the values between inputs and results, orders the nodes (in `order`, a topological
 // order of the results' nodes; depth-first when empty) and marks each value's last reader. The
 // numbering does not depend on the order: programs of one graph in different orders share their
 // slots. The nodes that only one branch of an ifelse needs go into a block the program jumps over
 // when the other branch is taken (nested ifelse: blocks within blocks).
-Program emit_program(const std::vector<Var>& inputs, const std::vector<Var>& results, std::vector<Node*> order = {});
+Program emit_program(const std::vector<Var>& inputs, const std::vector<Var>& results, Executables& executables,
+                     std::vector<Node*> order = {});
 
 // The next instruction after k: follows jumps (the condition is read from slots).
 size_t next_instruction(const Program& program, size_t k, const std::vector<Tensor>& slots);

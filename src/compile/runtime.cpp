@@ -8,6 +8,8 @@
 
 #include "compile/plan.hpp"
 #include "compile/program.hpp"
+#include "exec/backend.hpp"
+#include "exec/run_node.hpp"
 #include "graph/op.hpp"
 #include "ops/ifelse.hpp"
 
@@ -61,7 +63,21 @@ Exclusive exclusive_branches(const std::vector<Node*>& order, const std::vector<
 
 }  // namespace
 
-Program emit_program(const std::vector<Var>& inputs, const std::vector<Var>& results, std::vector<Node*> order) {
+std::shared_ptr<const Executable> Executables::of(const Node& node) {
+  auto [it, fresh] = made_.try_emplace(&node);
+  if (fresh) {
+    try {
+      it->second = cpu_backend().executable(node);
+    } catch (...) {
+      made_.erase(it);
+      throw;
+    }
+  }
+  return it->second;
+}
+
+Program emit_program(const std::vector<Var>& inputs, const std::vector<Var>& results, Executables& executables,
+                     std::vector<Node*> order) {
   Program p;
   std::unordered_map<const Variable*, int> slot_of;
   auto slot = [&](const Variable* v) {
@@ -86,6 +102,7 @@ Program emit_program(const std::vector<Var>& inputs, const std::vector<Var>& res
   auto emit_node = [&](Node* n, bool conditional) {
     Instruction ins;
     ins.node = n;
+    ins.executable = executables.of(*n);
     ins.conditional = conditional;
     ins.output_is_view.assign(n->outputs.size(), false);
     for (const Var& v : n->inputs) ins.inputs.push_back(slot(v.get()));
@@ -148,12 +165,6 @@ Program emit_program(const std::vector<Var>& inputs, const std::vector<Var>& res
 
 namespace {
 
-std::string describe_inputs(const std::vector<Tensor>& inputs) {
-  std::string s;
-  for (size_t i = 0; i < inputs.size(); ++i) s += (i ? ", " : "") + inputs[i].str();
-  return s;
-}
-
 bool has_nan_or_inf(const Tensor& t) {
   if (!is_float(t.dtype())) return false;
   for (double v : t.to_vector<double>())
@@ -178,7 +189,7 @@ void check_op(const Instruction& ins, const std::vector<Tensor>& inputs, const s
                     std::to_string(i) + ", but the op does not declare it as a view");
     if (nan_guard && has_nan_or_inf(outputs[o]))
       throw Error("debug check (nan_guard): " + where + " produced a NaN or an infinity in output " + std::to_string(o) +
-                  " " + outputs[o].str() + " from inputs " + describe_inputs(inputs));
+                  " " + outputs[o].str() + " from inputs " + describe_values(inputs));
   }
 }
 
@@ -204,6 +215,31 @@ Tensor output_buffer(const Instruction& ins, size_t o, const MemoryPlan& plan, c
     values.push_back(t.defined() ? &t : nullptr);
   }
   return Tensor::empty(ins.node->op->infer_shapes(shapes, values)[o], dtype);
+}
+
+// The instruction's working memory: its planned place in the arena, or, where the plan could not
+// size it (shapes known only when it runs, or no plan), a buffer allocated now.
+std::span<std::byte> scratch_of(const Instruction& ins, size_t k, const MemoryPlan& plan, const std::shared_ptr<Storage>& arena,
+                                const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+                                std::shared_ptr<Storage>& unplanned_scratch) {
+  if (k < plan.scratch_offset.size() && plan.scratch_offset[k] >= 0)
+    return {arena->data() + plan.scratch_offset[k], static_cast<size_t>(plan.scratch_bytes[k])};
+  if (k < plan.scratch_offset.size() && plan.scratch_offset[k] == kNoScratch) return {};
+  std::vector<Shape> in_shapes, out_shapes;
+  for (const Tensor& t : inputs) in_shapes.push_back(t.defined() ? t.shape() : Shape{});
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    if (outputs[o].defined()) {
+      out_shapes.push_back(outputs[o].shape());
+      continue;
+    }
+    std::vector<const Tensor*> values;
+    for (const Tensor& t : inputs) values.push_back(t.defined() ? &t : nullptr);
+    out_shapes.push_back(ins.node->op->infer_shapes(in_shapes, values)[o]);
+  }
+  const int64_t bytes = ins.executable->scratch_bytes(in_shapes, out_shapes);
+  if (bytes <= 0) return {};
+  unplanned_scratch = cpu_backend().allocate(static_cast<size_t>(bytes));
+  return {unplanned_scratch->data(), static_cast<size_t>(bytes)};
 }
 
 }  // namespace
@@ -242,6 +278,7 @@ void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& 
   if (failures) failures->assign(p.n_slots, std::string());
   auto failed = [&](int s) { return failures && !(*failures)[s].empty(); };
   std::vector<Tensor> inputs, outputs, before;
+  std::shared_ptr<Storage> unplanned_scratch;
   inputs.reserve(p.widest);
   outputs.reserve(p.widest);
   for (size_t k = 0; k < p.code.size();) {
@@ -253,7 +290,6 @@ void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& 
       continue;
     }
     if (!plan.precomputed[k]) {
-      const Op& op = *ins.node->op;
       if (failures) {
         const auto failed_input = std::find_if(ins.inputs.begin(), ins.inputs.end(), failed);
         if (failed_input != ins.inputs.end()) {
@@ -267,14 +303,20 @@ void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& 
       for (int s : ins.inputs) inputs.push_back(slots[s]);
       try {
         outputs.assign(ins.outputs.size(), Tensor());
-        for (size_t o = 0; o < outputs.size(); ++o)
-          if (!ins.output_is_view[o]) outputs[o] = output_buffer(ins, o, plan, arena, slots, inputs);
+        std::span<std::byte> scratch;
+        try {
+          for (size_t o = 0; o < outputs.size(); ++o)
+            if (!ins.output_is_view[o]) outputs[o] = output_buffer(ins, o, plan, arena, slots, inputs);
+          scratch = scratch_of(ins, k, plan, arena, inputs, outputs, unplanned_scratch);
+        } catch (const Error& e) {
+          e.rethrow_with(std::string(e.what()) + node_context(*ins.node, inputs));
+        }
         if (options.checks) {
           before.clear();
           for (const Tensor& t : inputs) before.push_back(t.defined() ? t.clone() : Tensor());
         }
         const auto start = options.times ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-        op.perform(inputs, outputs);
+        run_node(*ins.node, *ins.executable, inputs, outputs, scratch);
         if (InstructionTimes* times = options.times) {
           times->seconds[k] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
           for (const Tensor& t : outputs) times->bytes[k] += static_cast<int64_t>(t.nbytes());
@@ -282,14 +324,9 @@ void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& 
         }
         if (options.checks) check_op(ins, inputs, before, outputs, options.checks->nan_guard);
       } catch (const Error& e) {
-        const std::string message = std::string(e.what()) + "\n  while running " + op.name() + " on " +
-                                    describe_inputs(inputs) + ", " + ins.node->origin();
-        if (!failures) e.rethrow_with(message);
-        for (int s : ins.outputs) (*failures)[s] = message;
+        if (!failures) throw;
+        for (int s : ins.outputs) (*failures)[s] = e.what();
         outputs.assign(ins.outputs.size(), Tensor());
-      } catch (const std::bad_alloc&) {
-        throw MemoryError("out of memory while running " + op.name() + " on " + describe_inputs(inputs) +
-                          ", " + ins.node->origin());
       }
       for (size_t o = 0; o < outputs.size(); ++o) slots[ins.outputs[o]] = std::move(outputs[o]);
     }

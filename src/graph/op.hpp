@@ -44,7 +44,8 @@ class OpParams {
   std::vector<std::type_index> classes_;
 };
 
-// Every op, no exceptions (ARCHITECTURE.md): types, shapes, kernel, L_op, views, equality.
+// What an op means, for every op (ARCHITECTURE.md): types, shapes, L_op, views and in-place
+// declarations, equality from parameters. How it runs is a backend's executable (graph/executable.hpp).
 class Op {
  public:
   virtual ~Op() = default;
@@ -59,20 +60,16 @@ class Op {
                                           const std::vector<const Tensor*>& values) const = 0;
   virtual std::vector<int> needs_input_values() const { return {}; }
 
-  // The kernel. Outputs come allocated with the inferred shapes, except those the op declares as
-  // views (view_map), which perform sets itself.
-  virtual void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const = 0;
-
   // Vector-Jacobian product: symbolic gradients of the inputs given the outputs' gradients
   // (undefined Var for an output without gradient). An undefined result means "no gradient".
   virtual std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const;
 
-  // {output, input}: that output is a view of that input (perform sets it).
+  // {output, input}: that output is a view of that input (the executable sets it).
   virtual std::vector<std::pair<int, int>> view_map() const { return {}; }
   // {output, input}: that output may be written into that input's buffer; the planner decides.
   virtual std::vector<std::pair<int, int>> inplace_options() const { return {}; }
 
-  // Whether perform may reject its inputs' values and not only their shapes (an index or a label
+  // Whether running it may reject its inputs' values and not only their shapes (an index or a label
   // out of range), which planning cannot rule out. The planner writes a shared variable in place
   // only after the last such op, so a call that fails leaves every shared variable as it was.
   virtual bool may_fail_on_values() const { return true; }

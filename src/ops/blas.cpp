@@ -4,11 +4,14 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <optional>
+#include <vector>
 
 #include "kiln/ops.hpp"
 #include "ops/elemwise.hpp"
 #include "ops/reduce.hpp"
 #include "ops/shape.hpp"
+#include "tensor/copy.hpp"
 #include "tensor/dispatch.hpp"
 #include "tensor/isa.hpp"
 #include "tensor/parallel.hpp"
@@ -17,21 +20,20 @@ namespace kiln {
 
 namespace {
 
-// A 2-D operand as BLAS sees it: a base pointer, a leading dimension and whether it is stored
-// transposed. Views whose strides fit neither layout are copied first.
-struct Operand2D {
-  Tensor storage;
+// A matrix as BLAS reads it: stored row-major (transposed = false) or column-major, with a leading
+// dimension. Only views with a unit stride along one axis have one.
+struct BlasLayout {
   bool transposed;
   int64_t ld;
 };
 
-Operand2D as_blas_operand(const Tensor& t) {
-  const int64_t rows = t.shape()[0], cols = t.shape()[1];
-  const int64_t s0 = t.strides()[0], s1 = t.strides()[1];
-  if ((s1 == 1 || cols == 1) && s0 >= std::max<int64_t>(cols, 1)) return {t, false, std::max<int64_t>(s0, 1)};
-  if ((s0 == 1 || rows == 1) && s1 >= std::max<int64_t>(rows, 1)) return {t, true, std::max<int64_t>(s1, 1)};
-  Tensor c = t.clone();
-  return {c, false, std::max<int64_t>(cols, 1)};
+std::optional<BlasLayout> blas_layout(const MatrixView& v) {
+  const int64_t rows = v.rows, cols = v.cols;
+  if ((v.col_stride == 1 || cols == 1) && v.row_stride >= std::max<int64_t>(cols, 1) && (rows == 1 || v.row_stride > 0))
+    return BlasLayout{false, std::max<int64_t>(v.row_stride, std::max<int64_t>(cols, 1))};
+  if ((v.row_stride == 1 || rows == 1) && v.col_stride >= std::max<int64_t>(rows, 1) && (cols == 1 || v.col_stride > 0))
+    return BlasLayout{true, std::max<int64_t>(v.col_stride, std::max<int64_t>(rows, 1))};
+  return std::nullopt;
 }
 
 // C = alpha * op(A) op(B) + beta * C for the products oneDNN's kernels do not pay for (a few
@@ -87,9 +89,10 @@ void gemv_rows(int64_t n, int64_t k, T alpha, const T* a, int64_t a_step, const 
   }
 }
 
+// panel: room for k x NC elements; panel_ready says whether an earlier row block filled it.
 template <class T, int64_t MR, int64_t NC>
 void gemm_rows(bool ta, int64_t i0, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b, int64_t ldb,
-               T beta, T* c, int64_t ldc, std::vector<T>& panel) {
+               T beta, T* c, int64_t ldc, T* panel, bool& panel_ready) {
   // op(A)(i, p) through strides, not a branch: a branch in the depth loop keeps it from vectorizing.
   const int64_t row_step = ta ? 1 : lda, depth_step = ta ? lda : 1;
   const T* a_rows = a + i0 * row_step;
@@ -101,11 +104,12 @@ void gemm_rows(bool ta, int64_t i0, int64_t n, int64_t k, T alpha, const T* a, i
   // The last columns, fewer than NC: B's panel copied with zeros beyond n (once for all row
   // blocks), so the same kernel runs on it.
   const int64_t nc = n - j0;
-  if (panel.empty()) {
-    panel.assign(static_cast<size_t>(k * NC), T(0));
-    for (int64_t p = 0; p < k; ++p) std::copy_n(b + p * ldb + j0, nc, panel.data() + p * NC);
+  if (!panel_ready) {
+    std::fill_n(panel, k * NC, T(0));
+    for (int64_t p = 0; p < k; ++p) std::copy_n(b + p * ldb + j0, nc, panel + p * NC);
+    panel_ready = true;
   }
-  row_block<T, MR, NC>(k, a_row, panel.data(), NC, c_rows + j0, ldc, nc, alpha, beta);
+  row_block<T, MR, NC>(k, a_row, panel, NC, c_rows + j0, ldc, nc, alpha, beta);
 }
 
 // MR rows of C, four columns at a time, from B stored transposed (n x k): dot products of rows of
@@ -145,19 +149,24 @@ void gemm_dots(const T* a_rows, int64_t i0, int64_t n, int64_t k, T alpha, const
   }
 }
 
+// The elements of scratch small_gemm needs for a depth of k: B's last column panel (k x 2 vectors),
+// or two rows of op(A) packed.
+template <class T> int64_t small_gemm_scratch(int64_t k) { return k * 2 * kVector<T>; }
+
 template <class T>
 void small_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
-                int64_t ldb, T beta, T* c, int64_t ldc) {
-  thread_local std::vector<T> scratch;  // B's last column panel, or the rows of op(A) packed
-  scratch.clear();
+                int64_t ldb, T beta, T* c, int64_t ldc, T* scratch) {
   for_this_cpu([&] {
     if (!tb) {
+      bool panel_ready = false;
       int64_t i0 = 0;
       // Blocks one vector wide for narrow outputs, two otherwise.
       if (n <= kVector<T>)
-        for (; i0 + 4 <= m; i0 += 4) gemm_rows<T, 4, kVector<T>>(ta, i0, n, k, alpha, a, lda, b, ldb, beta, c, ldc, scratch);
+        for (; i0 + 4 <= m; i0 += 4)
+          gemm_rows<T, 4, kVector<T>>(ta, i0, n, k, alpha, a, lda, b, ldb, beta, c, ldc, scratch, panel_ready);
       else
-        for (; i0 + 4 <= m; i0 += 4) gemm_rows<T, 4, 2 * kVector<T>>(ta, i0, n, k, alpha, a, lda, b, ldb, beta, c, ldc, scratch);
+        for (; i0 + 4 <= m; i0 += 4)
+          gemm_rows<T, 4, 2 * kVector<T>>(ta, i0, n, k, alpha, a, lda, b, ldb, beta, c, ldc, scratch, panel_ready);
       for (; i0 < m; ++i0) gemv_rows(n, k, alpha, ta ? a + i0 : a + i0 * lda, ta ? lda : 1, b, ldb, beta, c + i0 * ldc);
       return;
     }
@@ -165,10 +174,9 @@ void small_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, cons
       const int64_t mr = std::min<int64_t>(2, m - i0);
       const T* rows = a + i0 * lda;
       if (ta || (mr > 1 && lda != k)) {
-        scratch.resize(static_cast<size_t>(mr * k));
         for (int64_t r = 0; r < mr; ++r)
           for (int64_t p = 0; p < k; ++p) scratch[r * k + p] = ta ? a[p * lda + i0 + r] : a[(i0 + r) * lda + p];
-        rows = scratch.data();
+        rows = scratch;
       }
       if (mr == 2) gemm_dots<T, 2>(rows, i0, n, k, alpha, b, ldb, beta, c, ldc);
       else gemm_dots<T, 1>(rows, i0, n, k, alpha, b, ldb, beta, c, ldc);
@@ -176,22 +184,18 @@ void small_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, cons
   });
 }
 
-// C = alpha * a b^T + beta * C for a column a (m) and a row b (n): the weight gradient of a
-// single example. A plain vectorized loop; general GEMM kernels pack and zero C first.
+// C = alpha * a b^T + beta * C for a column a (m, stride sa) and a row b (n, stride sb): the weight
+// gradient of a single example. A plain vectorized loop; general GEMM kernels pack and zero C first.
 template <class T>
 void rank1_update(int64_t m, int64_t n, T alpha, const T* a, int64_t sa, const T* b, int64_t sb, T beta, T* c, int64_t ldc) {
-  std::vector<T> row;
-  if (sb != 1) {
-    row.resize(n);
-    for (int64_t j = 0; j < n; ++j) row[j] = b[j * sb];
-    b = row.data();
-  }
   // By value: through references, every store into C might change alpha or beta.
-  for_this_cpu([m, n, alpha, a, sa, b, beta, c, ldc] {
+  for_this_cpu([m, n, alpha, a, sa, b, sb, beta, c, ldc] {
     for (int64_t i = 0; i < m; ++i) {
       const T ai = alpha * a[i * sa];
       T* ci = c + i * ldc;
-      if (beta == T(0))
+      if (sb != 1)
+        for (int64_t j = 0; j < n; ++j) ci[j] = (beta == T(0) ? T(0) : beta * ci[j]) + ai * b[j * sb];
+      else if (beta == T(0))
         for (int64_t j = 0; j < n; ++j) ci[j] = ai * b[j];
       else
         for (int64_t j = 0; j < n; ++j) ci[j] = beta * ci[j] + ai * b[j];
@@ -205,7 +209,9 @@ constexpr int64_t kThreadedProduct = int64_t{1} << 18;
 // oneDNN's JIT gemm wins from two rows up; for a single row kiln's gemv streams the matrix once
 // and matches the best on one thread. A threaded single row is faster alone but slows the rest of
 // a small step: the other thread spins on after it (bench/gemm.cpp, docs/performance.md).
-bool use_onednn(int64_t m, int64_t n, int64_t k) { return m >= 2 && !(n <= kVector<float> && k <= kVector<float>); }
+bool use_onednn(DType dtype, int64_t m, int64_t n, int64_t k) {
+  return dtype == DType::f32 && m >= 2 && !(n <= kVector<float> && k <= kVector<float>);
+}
 
 // oneDNN sizes its team from omp_get_max_threads() of the calling thread: a small product is
 // held to one thread for the call.
@@ -219,44 +225,85 @@ void onednn_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha
   if (st != dnnl_success) throw Error("gemm: oneDNN sgemm failed with status " + std::to_string(st));
 }
 
-}  // namespace
+// C = alpha op(A) op(B) + beta C, operands in BLAS layouts, k >= 1.
+template <class T>
+void blas_product(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
+                  int64_t ldb, T beta, T* c, int64_t ldc, T* scratch) {
+  if constexpr (std::is_same_v<T, float>)
+    if (use_onednn(DType::f32, m, n, k)) return onednn_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  small_gemm<T>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, scratch);
+}
 
-void gemm(bool ta_in, bool tb_in, int64_t m, int64_t n, int64_t k, double alpha, const Tensor& a_in, const Tensor& b_in,
-          double beta, Tensor& c) {
-  Operand2D a = as_blas_operand(a_in), b = as_blas_operand(b_in);
-  const bool ta = ta_in != a.transposed, tb = tb_in != b.transposed;
-  if (c.strides()[1] != 1 && n > 1) throw Error("gemm: the output must be row-major");
-  const int64_t ldc = std::max<int64_t>(c.strides()[0], std::max<int64_t>(n, 1));
+// The same for operands with no BLAS layout (a broadcast, a stepped slice): blocks of A and B are
+// copied to the stack and multiplied there, so any view costs a copy of 1/64 of the work and no
+// allocation.
+template <class T>
+void packed_product(int64_t m, int64_t n, int64_t k, T alpha, const MatrixView& a, const MatrixView& b, T beta, T* c,
+                    int64_t ldc) {
+  constexpr int64_t kB = 64;
+  alignas(64) T pa[kB * kB], pb[kB * kB], scratch[kB * 2 * kVector<T>];
+  const T* ad = reinterpret_cast<const T*>(a.data);
+  const T* bd = reinterpret_cast<const T*>(b.data);
+  for (int64_t i0 = 0; i0 < m; i0 += kB)
+    for (int64_t j0 = 0; j0 < n; j0 += kB) {
+      const int64_t mb = std::min(kB, m - i0), nb = std::min(kB, n - j0);
+      for (int64_t p0 = 0; p0 < k; p0 += kB) {
+        const int64_t kb = std::min(kB, k - p0);
+        for (int64_t r = 0; r < mb; ++r)
+          for (int64_t p = 0; p < kb; ++p) pa[r * kb + p] = ad[(i0 + r) * a.row_stride + (p0 + p) * a.col_stride];
+        for (int64_t p = 0; p < kb; ++p)
+          for (int64_t j = 0; j < nb; ++j) pb[p * nb + j] = bd[(p0 + p) * b.row_stride + (j0 + j) * b.col_stride];
+        blas_product<T>(false, false, mb, nb, kb, alpha, pa, kb, pb, nb, p0 == 0 ? beta : T(1), c + i0 * ldc + j0, ldc, scratch);
+      }
+    }
+}
+
+template <class T>
+void gemm_typed(int64_t m, int64_t n, int64_t k, T alpha, const MatrixView& a, const MatrixView& b, T beta, T* c,
+                int64_t ldc, std::span<std::byte> scratch) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
-    if (beta == 0.0) c.copy_from(Tensor::zeros(c.shape(), c.dtype()));
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
     return;
   }
-  if (k == 1) {
-    // op(A) is m x 1: row-major with stride lda, or stored as 1 x m; op(B) is 1 x n likewise.
-    const int64_t sa = ta ? 1 : a.ld, sb = tb ? b.ld : 1;
-    if (c.dtype() == DType::f32)
-      return rank1_update<float>(m, n, static_cast<float>(alpha), a.storage.data<float>(), sa, b.storage.data<float>(), sb,
-                                 static_cast<float>(beta), c.data<float>(), ldc);
-    if (c.dtype() == DType::f64)
-      return rank1_update<double>(m, n, alpha, a.storage.data<double>(), sa, b.storage.data<double>(), sb, beta,
-                                  c.data<double>(), ldc);
-  }
-  if (c.dtype() == DType::f32) {
-    const float* pa = a.storage.data<float>();
-    const float* pb = b.storage.data<float>();
-    float* pc = c.data<float>();
-    if (use_onednn(m, n, k))
-      return onednn_sgemm(ta, tb, m, n, k, static_cast<float>(alpha), pa, a.ld, pb, b.ld, static_cast<float>(beta), pc, ldc);
-    small_gemm<float>(ta, tb, m, n, k, static_cast<float>(alpha), pa, a.ld, pb, b.ld, static_cast<float>(beta), pc, ldc);
-    return;
-  }
-  if (c.dtype() == DType::f64) {
-    small_gemm<double>(ta, tb, m, n, k, alpha, a.storage.data<double>(), a.ld, b.storage.data<double>(), b.ld, beta,
-                       c.data<double>(), ldc);
-    return;
-  }
-  throw TypeError(std::string("gemm: needs f32 or f64, got ") + dtype_name(c.dtype()));
+  const T* ad = reinterpret_cast<const T*>(a.data);
+  const T* bd = reinterpret_cast<const T*>(b.data);
+  if (k == 1) return rank1_update<T>(m, n, alpha, ad, a.row_stride, bd, b.col_stride, beta, c, ldc);
+  const std::optional<BlasLayout> la = blas_layout(a), lb = blas_layout(b);
+  if (!la || !lb) return packed_product<T>(m, n, k, alpha, a, b, beta, c, ldc);
+  blas_product<T>(la->transposed, lb->transposed, m, n, k, alpha, ad, la->ld, bd, lb->ld, beta, c, ldc,
+                  reinterpret_cast<T*>(scratch.data()));
+}
+
+MatrixView matrix_of(const Tensor& t) {
+  return {t.raw_data(), t.shape()[0], t.shape()[1], t.strides()[0], t.strides()[1]};
+}
+
+}  // namespace
+
+int64_t gemm_scratch_bytes(DType dtype, int64_t m, int64_t n, int64_t k) {
+  if (m == 0 || n == 0 || k <= 1 || use_onednn(dtype, m, n, k)) return 0;
+  return dtype == DType::f32 ? small_gemm_scratch<float>(k) * 4 : small_gemm_scratch<double>(k) * 8;
+}
+
+void gemm(DType dtype, int64_t m, int64_t n, int64_t k, double alpha, const MatrixView& a, const MatrixView& b, double beta,
+          std::byte* c, int64_t ldc, std::span<std::byte> scratch) {
+  if (dtype == DType::f32)
+    return gemm_typed<float>(m, n, k, static_cast<float>(alpha), a, b, static_cast<float>(beta), reinterpret_cast<float*>(c),
+                             ldc, scratch);
+  if (dtype == DType::f64)
+    return gemm_typed<double>(m, n, k, alpha, a, b, beta, reinterpret_cast<double*>(c), ldc, scratch);
+  throw TypeError(std::string("gemm: needs f32 or f64, got ") + dtype_name(dtype));
+}
+
+void gemm(double alpha, const Tensor& a, const Tensor& b, double beta, const Tensor& c) {
+  const int64_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
+  if (c.shape() != Shape{m, n} || b.shape()[0] != k || c.strides()[1] != 1)
+    throw ShapeError("gemm: cannot compute " + c.str() + " from " + a.str() + " x " + b.str());
+  std::vector<std::byte> scratch(static_cast<size_t>(gemm_scratch_bytes(c.dtype(), m, n, k)));
+  gemm(c.dtype(), m, n, k, alpha, matrix_of(a), matrix_of(b), beta, c.raw_data(), std::max<int64_t>(c.strides()[0], 1),
+       scratch);
 }
 
 std::vector<Type> Dot::infer_types(const std::vector<Type>& in) const {
@@ -281,16 +328,6 @@ std::vector<Shape> Dot::infer_shapes(const std::vector<Shape>& in, const std::ve
   if (a.size() == 2) out.push_back(a[0]);
   if (b.size() == 2) out.push_back(b[1]);
   return {out};
-}
-
-void Dot::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
-  const Tensor& a = in[0];
-  const Tensor& b = in[1];
-  Tensor a2 = a.ndim() == 2 ? a : a.view({1, a.shape()[0]}, {0, a.strides()[0]}, a.offset());
-  Tensor b2 = b.ndim() == 2 ? b : b.view({b.shape()[0], 1}, {b.strides()[0], 0}, b.offset());
-  const int64_t m = a2.shape()[0], k = a2.shape()[1], n = b2.shape()[1];
-  Tensor c2 = out[0].view({m, n}, {n, 1}, out[0].offset());
-  gemm(false, false, m, n, k, 1.0, a2, b2, 0.0, c2);
 }
 
 std::vector<Var> Dot::L_op(const Node& node, const std::vector<Var>& gouts) const {
@@ -326,43 +363,6 @@ std::vector<Shape> Gemm::infer_shapes(const std::vector<Shape>& in, const std::v
     out[d] = in[0][d];
   }
   return {out};
-}
-
-namespace {
-// A 2-D view of t stretched to shape (stride 0 along its size-1 dimensions).
-Tensor stretched(const Tensor& t, const Shape& shape) {
-  Shape strides = t.strides();
-  for (size_t d = 0; d < 2; ++d)
-    if (t.shape()[d] == 1) strides[d] = 0;
-  return t.view(shape, strides, t.offset());
-}
-}  // namespace
-
-void Gemm::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
-  const Tensor &c = in[0], &a = in[1], &b = in[2];
-  Tensor& o = out[0];
-  const double alpha = in[3].item<double>(), beta = in[4].item<double>();
-  const Shape product{a.shape()[0], b.shape()[1]};
-  if (product != o.shape()) {
-    // c is larger than the product, which broadcasts: rare (the rewrite cannot tell from types);
-    // the product goes to a temporary and is added stretched.
-    Tensor p = Tensor::empty(product, o.dtype());
-    gemm(false, false, product[0], product[1], a.shape()[1], alpha, a, b, 0.0, p);
-    dispatch_float(o.dtype(), "gemm", [&](auto tag) {
-      using T = decltype(tag);
-      const Tensor cs = stretched(c, o.shape()), ps = stretched(p, o.shape());
-      const T* pc = reinterpret_cast<const T*>(cs.storage()->data());
-      const T* pp = reinterpret_cast<const T*>(ps.storage()->data());
-      T* po = o.data<T>();
-      for (int64_t i = 0; i < o.shape()[0]; ++i)
-        for (int64_t j = 0; j < o.shape()[1]; ++j)
-          po[i * o.shape()[1] + j] = static_cast<T>(beta) * pc[cs.offset() + i * cs.strides()[0] + j * cs.strides()[1]] +
-                                     pp[ps.offset() + i * ps.strides()[0] + j * ps.strides()[1]];
-    });
-    return;
-  }
-  if (beta != 0.0) o.copy_from(stretched(c, o.shape()));
-  gemm(false, false, o.shape()[0], o.shape()[1], a.shape()[1], alpha, a, b, beta, o);
 }
 
 std::vector<Var> Gemm::L_op(const Node& node, const std::vector<Var>& gouts) const {
@@ -404,28 +404,6 @@ std::vector<Shape> BatchedMatmul::infer_shapes(const std::vector<Shape>& in, con
   return {out};
 }
 
-void BatchedMatmul::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
-  const Tensor &a = in[0], &b = in[1];
-  Tensor& c = out[0];
-  const int64_t nd = c.ndim();
-  const int64_t m = c.shape()[nd - 2], n = c.shape()[nd - 1], k = a.shape()[nd - 1];
-  const int64_t batches = c.numel() / std::max<int64_t>(m * n, 1);
-  for (int64_t i = 0; i < batches; ++i) {
-    int64_t rest = i, oa = a.offset(), ob = b.offset(), oc = c.offset();
-    for (int64_t d = nd - 3; d >= 0; --d) {
-      int64_t idx = rest % c.shape()[d];
-      rest /= c.shape()[d];
-      oa += (a.shape()[d] == 1 ? 0 : idx) * a.strides()[d];
-      ob += (b.shape()[d] == 1 ? 0 : idx) * b.strides()[d];
-      oc += idx * c.strides()[d];
-    }
-    Tensor a2 = a.view({m, k}, {a.strides()[nd - 2], a.strides()[nd - 1]}, oa);
-    Tensor b2 = b.view({k, n}, {b.strides()[nd - 2], b.strides()[nd - 1]}, ob);
-    Tensor c2 = c.view({m, n}, {c.strides()[nd - 2], c.strides()[nd - 1]}, oc);
-    gemm(false, false, m, n, k, 1.0, a2, b2, 0.0, c2);
-  }
-}
-
 namespace {
 Var swap_last(const Var& v, const Loc& loc) {
   std::vector<int64_t> p;
@@ -441,6 +419,102 @@ std::vector<Var> BatchedMatmul::L_op(const Node& node, const std::vector<Var>& g
   const Var& g = gouts[0];
   return {sum_to_shape_of(matmul(g, swap_last(b, loc), loc), a, loc),
           sum_to_shape_of(matmul(swap_last(a, loc), g, loc), b, loc)};
+}
+
+namespace {
+
+// A 1-D or 2-D operand of dot as a matrix: a vector is a row (a) or a column (b).
+MatrixView dot_operand(const Tensor& t, bool is_left) {
+  if (t.ndim() == 2) return matrix_of(t);
+  return is_left ? MatrixView{t.raw_data(), 1, t.shape()[0], 0, t.strides()[0]}
+                 : MatrixView{t.raw_data(), t.shape()[0], 1, t.strides()[0], 0};
+}
+
+class DotKernel final : public KernelOf<Dot> {
+ public:
+  using KernelOf::KernelOf;
+  int64_t scratch_bytes(const std::vector<Shape>& in, const std::vector<Shape>&) const override {
+    const int64_t m = in[0].size() == 2 ? in[0][0] : 1, k = in[0].back(), n = in[1].size() == 2 ? in[1][1] : 1;
+    return gemm_scratch_bytes(output_dtype(0), m, n, k);
+  }
+  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte> scratch) const override {
+    const MatrixView a = dot_operand(in[0], true), b = dot_operand(in[1], false);
+    gemm(out[0].dtype(), a.rows, b.cols, a.cols, 1.0, a, b, 0.0, out[0].raw_data(), b.cols, scratch);
+  }
+};
+
+// o = beta * c + alpha * a b. c and the product broadcast against each other; where the product
+// is the smaller (rare: types cannot tell), it goes to scratch and is added stretched.
+class GemmKernel final : public KernelOf<Gemm> {
+ public:
+  using KernelOf::KernelOf;
+  int64_t scratch_bytes(const std::vector<Shape>& in, const std::vector<Shape>& out) const override {
+    const int64_t m = in[1][0], k = in[1][1], n = in[2][1];
+    const int64_t product = Shape{m, n} == out[0] ? 0 : m * n * static_cast<int64_t>(dtype_size(output_dtype(0)));
+    return (product + 63) / 64 * 64 + gemm_scratch_bytes(output_dtype(0), m, n, k);
+  }
+  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte> scratch) const override {
+    const Tensor &c = in[0], &a = in[1], &b = in[2], &o = out[0];
+    const double alpha = in[3].item<double>(), beta = in[4].item<double>();
+    const int64_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
+    if (o.shape()[0] == m && o.shape()[1] == n) {
+      if (beta != 0.0) copy_broadcast(o, c);
+      return gemm(o.dtype(), m, n, k, alpha, matrix_of(a), matrix_of(b), beta, o.raw_data(), n, scratch);
+    }
+    const size_t product_bytes = (static_cast<size_t>(m * n) * dtype_size(o.dtype()) + 63) / 64 * 64;
+    std::byte* product = scratch.data();
+    gemm(o.dtype(), m, n, k, alpha, matrix_of(a), matrix_of(b), 0.0, product, n, scratch.subspan(product_bytes));
+    dispatch_float(o.dtype(), "gemm", [&](auto tag) {
+      using T = decltype(tag);
+      const T* pc = reinterpret_cast<const T*>(c.raw_data());
+      const T* pp = reinterpret_cast<const T*>(product);
+      T* po = reinterpret_cast<T*>(o.raw_data());
+      const int64_t rows = o.shape()[0], cols = o.shape()[1];
+      const int64_t c0 = c.shape()[0] == 1 ? 0 : c.strides()[0], c1 = c.shape()[1] == 1 ? 0 : c.strides()[1];
+      const int64_t p0 = m == 1 ? 0 : n, p1 = n == 1 ? 0 : 1;
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < cols; ++j)
+          po[i * cols + j] = static_cast<T>(beta) * pc[i * c0 + j * c1] + pp[i * p0 + j * p1];
+    });
+  }
+};
+
+// One product per batch position, the batch axes broadcast.
+class BatchedMatmulKernel final : public KernelOf<BatchedMatmul> {
+ public:
+  using KernelOf::KernelOf;
+  int64_t scratch_bytes(const std::vector<Shape>& in, const std::vector<Shape>&) const override {
+    const size_t nd = in[0].size();
+    return gemm_scratch_bytes(output_dtype(0), in[0][nd - 2], in[1][nd - 1], in[0][nd - 1]);
+  }
+  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte> scratch) const override {
+    const Tensor &a = in[0], &b = in[1], &c = out[0];
+    const int64_t nd = c.ndim();
+    const int64_t m = c.shape()[nd - 2], n = c.shape()[nd - 1], k = a.shape()[nd - 1];
+    const int64_t batches = c.numel() / std::max<int64_t>(m * n, 1);
+    const size_t es = dtype_size(c.dtype());
+    for (int64_t i = 0; i < batches; ++i) {
+      int64_t rest = i, oa = 0, ob = 0, oc = 0;
+      for (int64_t d = nd - 3; d >= 0; --d) {
+        int64_t idx = rest % c.shape()[d];
+        rest /= c.shape()[d];
+        oa += (a.shape()[d] == 1 ? 0 : idx) * a.strides()[d];
+        ob += (b.shape()[d] == 1 ? 0 : idx) * b.strides()[d];
+        oc += idx * c.strides()[d];
+      }
+      const MatrixView a2{a.raw_data() + oa * static_cast<int64_t>(es), m, k, a.strides()[nd - 2], a.strides()[nd - 1]};
+      const MatrixView b2{b.raw_data() + ob * static_cast<int64_t>(es), k, n, b.strides()[nd - 2], b.strides()[nd - 1]};
+      gemm(c.dtype(), m, n, k, 1.0, a2, b2, 0.0, c.raw_data() + oc * static_cast<int64_t>(es), n, scratch);
+    }
+  }
+};
+
+}  // namespace
+
+void add_blas_kernels(KernelTable& table) {
+  table.add<Dot, DotKernel>();
+  table.add<Gemm, GemmKernel>();
+  table.add<BatchedMatmul, BatchedMatmulKernel>();
 }
 
 Var dot(const Var& a, const Var& b, Loc loc) {

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "tensor/dispatch.hpp"
+#include "tensor/small_vector.hpp"
 #include "tensor/isa.hpp"
 #include "tensor/parallel.hpp"
 
@@ -54,11 +55,11 @@ enum class Feed { direct, splat, gather };
 struct InputPlan {
   Feed feed;
   const std::byte* base;
-  Shape strides;  // broadcast strides (0 on stretched axes), for gather
+  const int64_t* strides;  // broadcast strides (0 on stretched axes), for gather
 };
 
-void run_instruction(const ScalarInstruction& ins, int64_t n, void* dst, const std::vector<const void*>& args,
-                     const std::vector<DType>& arg_dtypes) {
+void run_instruction(const ScalarInstruction& ins, int64_t n, void* dst, std::span<const void* const> args,
+                     std::span<const DType> arg_dtypes) {
   const DType in_dtype = arg_dtypes.empty() ? ins.dtype : arg_dtypes.back();
   if (ins.op == ScalarOp::fill) {
     std::memcpy(dst, args[1], static_cast<size_t>(n) * dtype_size(ins.dtype));
@@ -113,9 +114,9 @@ void run_instruction(const ScalarInstruction& ins, int64_t n, void* dst, const s
 }
 
 // Copies block [start, start+n) of a broadcast input (row-major order of `shape`) into dst.
-void gather(const InputPlan& in, const Shape& shape, int64_t start, int64_t n, size_t elem, std::byte* dst) {
+void gather(const InputPlan& in, std::span<const int64_t> shape, int64_t start, int64_t n, size_t elem, std::byte* dst) {
   const int64_t nd = static_cast<int64_t>(shape.size());
-  Shape index(nd, 0);
+  Dims index(nd, 0);
   int64_t rest = start, offset = 0;
   for (int64_t d = nd - 1; d >= 0; --d) {
     index[d] = rest % shape[d];
@@ -133,22 +134,23 @@ void gather(const InputPlan& in, const Shape& shape, int64_t start, int64_t n, s
   }
 }
 
-// Per-thread storage reused across calls, so that a call on a few elements costs a few
-// instructions, not a dozen allocations.
-struct Workspace {
-  Shape shape;
-  std::vector<DType> reg_dtype;
-  std::vector<InputPlan> plans;
-  std::vector<size_t> offset;
-  std::vector<const void*> reg, args;
-  std::vector<DType> arg_dtypes;
-  std::vector<std::byte> buffer;
-  std::vector<std::vector<double>> partials;  // of a reduction, per thread
-};
-
-Workspace& workspace() {
-  thread_local Workspace w;
-  return w;
+// The broadcast shape of values (shapes or tensors) into out.
+template <class Out, class Values, class ShapeOf>
+void broadcast_into(Out& out, const Values& in, ShapeOf shape_of, const std::string& op) {
+  size_t nd = 0;
+  for (const auto& v : in) nd = std::max(nd, shape_of(v).size());
+  out.assign(nd, 1);
+  for (const auto& v : in) {
+    const Shape& s = shape_of(v);
+    for (size_t d = 0; d < s.size(); ++d) {
+      const size_t od = d + nd - s.size();
+      if (s[d] == out[od] || s[d] == 1) continue;
+      if (out[od] != 1)
+        throw ShapeError(op + ": input shapes cannot be broadcast together (dimension " + std::to_string(od) + " is " +
+                         std::to_string(out[od]) + " vs " + std::to_string(s[d]) + ")");
+      out[od] = s[d];
+    }
+  }
 }
 
 }  // namespace
@@ -183,27 +185,9 @@ std::vector<Type> Composite::infer_types(const std::vector<Type>& in) const {
   return {result_};
 }
 
-template <class Values, class ShapeOf>
-void Composite::broadcast_into(Shape& out, const Values& in, ShapeOf shape_of) const {
-  size_t nd = 0;
-  for (const auto& v : in) nd = std::max(nd, shape_of(v).size());
-  out.assign(nd, 1);
-  for (const auto& v : in) {
-    const Shape& s = shape_of(v);
-    for (size_t d = 0; d < s.size(); ++d) {
-      const size_t od = d + nd - s.size();
-      if (s[d] == out[od] || s[d] == 1) continue;
-      if (out[od] != 1)
-        throw ShapeError(name() + ": input shapes cannot be broadcast together (dimension " + std::to_string(od) + " is " +
-                         std::to_string(out[od]) + " vs " + std::to_string(s[d]) + ")");
-      out[od] = s[d];
-    }
-  }
-}
-
 std::vector<Shape> Composite::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
   Shape full;
-  broadcast_into(full, in, [](const Shape& s) -> const Shape& { return s; });
+  broadcast_into(full, in, [](const Shape& s) -> const Shape& { return s; }, name());
   if (!reduction_) return {full};
   Shape out;
   for (int64_t d = 0; d < static_cast<int64_t>(full.size()); ++d) {
@@ -214,113 +198,144 @@ std::vector<Shape> Composite::infer_shapes(const std::vector<Shape>& in, const s
   return {out};
 }
 
-void Composite::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
-  Workspace& caller = workspace();
-  Shape& shape = caller.shape;
-  broadcast_into(shape, in, [](const Tensor& t) -> const Shape& { return t.shape(); });
+namespace {
+
+// Runs the fused program block by block. Its registers (a block of each, per thread) and the
+// partial sums of a reduction (per thread) live in the scratch the planner gives it: no run
+// allocates.
+class CompositeKernel final : public KernelOf<Composite> {
+ public:
+  CompositeKernel(std::shared_ptr<const Composite> op, const Node& node) : KernelOf(std::move(op), node) {
+    for (const Var& in : node.inputs) reg_dtype_.push_back(in.dtype());
+    for (const ScalarInstruction& ins : this->op().program()) reg_dtype_.push_back(ins.dtype);
+  }
+
+  // Per thread, a block of each register and the partial sums of a reduction; as many threads as
+  // a run of this size uses.
+  int64_t scratch_bytes(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override {
+    Dims shape;
+    broadcast_into(shape, inputs, [](const Shape& s) -> const Shape& { return s; }, op().name());
+    int64_t total = 1;
+    for (int64_t d : shape) total *= d;
+    const int threads = total >= kParallelElements ? std::max(omp_get_max_threads(), 1) : 1;
+    return static_cast<int64_t>(thread_bytes(block_of(total), op().reduction() ? shape_numel(outputs[0]) : 0)) * threads;
+  }
+
+  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte> scratch) const override;
+
+ private:
+  static int64_t block_of(int64_t total) { return std::min(kBlock, std::max<int64_t>(total, 1)); }
+  // Where each register's block starts in a thread's scratch: 64-byte aligned and, for full
+  // blocks, skewed by 192 bytes so that no two start at the same offset within a 4 KiB page (loads
+  // and stores 4 KiB apart stall on false address dependencies). Returns the bytes of all of them.
+  template <class Visit> size_t lay_out_registers(int64_t block, Visit visit) const {
+    const size_t skew = block == kBlock ? 192 : 0;
+    size_t bytes = 0;
+    for (size_t r = 0; r < reg_dtype_.size(); ++r) {
+      visit(r, bytes);
+      bytes += (static_cast<size_t>(block) * dtype_size(reg_dtype_[r]) + 63) / 64 * 64 + skew;
+    }
+    return (bytes + 63) / 64 * 64;
+  }
+  size_t thread_bytes(int64_t block, int64_t n_out) const {
+    return lay_out_registers(block, [](size_t, size_t) {}) + (static_cast<size_t>(n_out) * sizeof(double) + 63) / 64 * 64;
+  }
+
+  std::vector<DType> reg_dtype_;
+};
+
+void CompositeKernel::run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte> scratch) const {
+  const Composite& composite = op();
+  const auto& program = composite.program();
+  const auto& reduction = composite.reduction();
+  const int n_inputs = static_cast<int>(in.size());
+  Dims shape;
+  broadcast_into(shape, in, [](const Tensor& t) -> const Shape& { return t.shape(); }, composite.name());
   const int64_t nd = static_cast<int64_t>(shape.size());
-  const int64_t total = shape_numel(shape);
+  int64_t total = 1;
+  for (int64_t d : shape) total *= d;
   Tensor& o = out[0];
 
-  std::vector<DType>& reg_dtype = caller.reg_dtype;
-  reg_dtype.clear();
-  for (const Tensor& t : in) reg_dtype.push_back(t.dtype());
-  for (const ScalarInstruction& ins : program_) reg_dtype.push_back(ins.dtype);
-  const int result_reg = static_cast<int>(reg_dtype.size()) - 1;
-  const DType result_dtype = reg_dtype[result_reg];
+  const int result_reg = static_cast<int>(reg_dtype_.size()) - 1;
+  const DType result_dtype = reg_dtype_[result_reg];
 
-  std::vector<InputPlan>& plans = caller.plans;
-  plans.clear();
-  for (const Tensor& t : in) {
-    const bool direct = t.shape() == shape && t.is_contiguous();
+  SmallVector<InputPlan, 16> plans;
+  Dims gather_strides(static_cast<size_t>(n_inputs * nd), 0);
+  for (int i = 0; i < n_inputs; ++i) {
+    const Tensor& t = in[i];
+    const bool direct = std::ranges::equal(t.shape(), shape) && t.is_contiguous();
     const Feed feed = direct ? Feed::direct : t.numel() == 1 ? Feed::splat : Feed::gather;
-    Shape strides;
-    if (feed == Feed::gather) {
-      strides.assign(nd, 0);
-      for (int64_t d = 0; d < t.ndim(); ++d) {
-        const int64_t od = d + nd - t.ndim();
-        strides[od] = t.shape()[d] == 1 ? 0 : t.strides()[d];
-      }
-    }
-    plans.push_back({feed, t.raw_data(), std::move(strides)});
+    int64_t* strides = gather_strides.data() + i * nd;
+    if (feed == Feed::gather)
+      for (int64_t d = 0; d < t.ndim(); ++d) strides[d + nd - t.ndim()] = t.shape()[d] == 1 ? 0 : t.strides()[d];
+    plans.push_back({feed, t.raw_data(), strides});
   }
 
   // Reduction bookkeeping: each element of a block adds to out[index / inner] (trailing axes) or
   // out[index % outer] (leading axes); all axes is the trailing case with one output.
   int64_t reduce_divisor = 0, reduce_modulus = 0;
-  if (reduction_) {
-    const auto& axes = reduction_->axes;
+  if (reduction) {
+    const auto& axes = reduction->axes;
     int64_t reduced_count = 1;
     for (int64_t a : axes) reduced_count *= shape[a];
     const bool leading = axes.front() == 0 && static_cast<int64_t>(axes.size()) < nd;
     if (leading) reduce_modulus = total / std::max<int64_t>(reduced_count, 1);
     else reduce_divisor = std::max<int64_t>(reduced_count, 1);
   }
-  const bool reducing = reduction_.has_value();
+  const bool reducing = reduction.has_value();
   const bool streaming = !reducing && static_cast<int64_t>(o.nbytes()) >= kStreamingBytes &&
                          reinterpret_cast<uintptr_t>(o.raw_data()) % 64 == 0;
   const int64_t n_out = reducing ? o.numel() : 0;
+  const int64_t block = block_of(total);
+  const size_t per_thread = thread_bytes(block, n_out);
+  SmallVector<size_t, 32> reg_offset(reg_dtype_.size(), 0);
+  const size_t reg_bytes = lay_out_registers(block, [&](size_t r, size_t offset) { reg_offset[r] = offset; });
 
-  const int64_t block = std::min(kBlock, std::max<int64_t>(total, 1));
-  auto run_blocks = [&](Workspace& w, int64_t first_block, int64_t last_block, std::vector<double>& partial) {
-    // Registers live in one per-thread buffer, reused across calls: a block of each, 64-byte
-    // aligned and skewed by 192 bytes so that no two start at the same offset within a 4 KiB page
-    // (loads and stores 4 KiB apart stall on false address dependencies).
-    const size_t n_regs = reg_dtype.size();
-    std::vector<size_t>& offset = w.offset;
-    offset.assign(n_regs, 0);
-    size_t bytes = 0;
-    for (size_t r = 0; r < n_regs; ++r) {
-      offset[r] = bytes;
-      bytes += (static_cast<size_t>(block) * dtype_size(reg_dtype[r]) + 63) / 64 * 64 + 192;
-    }
-    std::vector<std::byte>& buffer = w.buffer;
-    if (buffer.size() < bytes + 64) buffer.resize(bytes + 64);
-    std::byte* base = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(buffer.data()) + 63) & ~uintptr_t{63});
-    std::vector<const void*>& reg = w.reg;
-    reg.assign(n_regs, nullptr);
-    auto scratch = [&](size_t r) { return base + offset[r]; };
-    for (size_t i = 0; i < plans.size(); ++i)
+  auto run_blocks = [&](std::byte* base, int64_t first_block, int64_t last_block, double* partial) {
+    const size_t n_regs = reg_dtype_.size();
+    SmallVector<const void*, 32> reg(n_regs, nullptr);
+    auto block_of = [&](size_t r) { return base + reg_offset[r]; };
+    for (int i = 0; i < n_inputs; ++i)
       if (plans[i].feed == Feed::splat) {
-        const size_t es = dtype_size(reg_dtype[i]);
-        std::byte* dst = scratch(i);
+        const size_t es = dtype_size(reg_dtype_[i]);
+        std::byte* dst = block_of(i);
         for (int64_t k = 0; k < block; ++k) std::memcpy(dst + k * es, plans[i].base, es);
       }
-    std::vector<const void*>& args = w.args;
-    std::vector<DType>& arg_dtypes = w.arg_dtypes;
+    SmallVector<const void*, 8> args;
+    SmallVector<DType, 8> arg_dtypes;
     for (int64_t b = first_block; b < last_block; ++b) {
       const int64_t start = b * block, n = std::min(block, total - start);
       // Hardware prefetchers stop at page boundaries and a block is about a page: fetch the next
       // block of each input read in place while this one is computed.
       if (b + 1 < last_block)
-        for (size_t i = 0; i < plans.size(); ++i)
+        for (int i = 0; i < n_inputs; ++i)
           if (plans[i].feed == Feed::direct) {
-            const size_t es = dtype_size(reg_dtype[i]);
+            const size_t es = dtype_size(reg_dtype_[i]);
             const std::byte* next = plans[i].base + (start + block) * static_cast<int64_t>(es);
             const int64_t next_bytes = std::min(block, total - start - block) * static_cast<int64_t>(es);
             for (int64_t off = 0; off < next_bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(next + off), _MM_HINT_T0);
           }
-      for (size_t i = 0; i < plans.size(); ++i) {
-        const size_t es = dtype_size(reg_dtype[i]);
+      for (int i = 0; i < n_inputs; ++i) {
+        const size_t es = dtype_size(reg_dtype_[i]);
         if (plans[i].feed == Feed::direct) reg[i] = plans[i].base + start * static_cast<int64_t>(es);
-        else if (plans[i].feed == Feed::splat) reg[i] = scratch(i);
+        else if (plans[i].feed == Feed::splat) reg[i] = block_of(i);
         else {
-          gather(plans[i], shape, start, n, es, scratch(i));
-          reg[i] = scratch(i);
+          gather(plans[i], shape, start, n, es, block_of(i));
+          reg[i] = block_of(i);
         }
       }
-      for (size_t k = 0; k < program_.size(); ++k) {
-        const int r = n_inputs_ + static_cast<int>(k);
+      for (size_t k = 0; k < program.size(); ++k) {
+        const int r = n_inputs + static_cast<int>(k);
         void* dst = (!reducing && !streaming && r == result_reg)
                         ? static_cast<void*>(o.raw_data() + start * static_cast<int64_t>(dtype_size(result_dtype)))
-                        : static_cast<void*>(scratch(r));
+                        : static_cast<void*>(block_of(r));
         args.clear();
         arg_dtypes.clear();
-        for (int a : program_[k].args) {
+        for (int a : program[k].args) {
           args.push_back(reg[a]);
-          arg_dtypes.push_back(reg_dtype[a]);
+          arg_dtypes.push_back(reg_dtype_[a]);
         }
-        run_instruction(program_[k], n, dst, args, arg_dtypes);
+        run_instruction(program[k], n, dst, args, arg_dtypes);
         reg[r] = dst;
       }
       if (streaming) {
@@ -347,36 +362,44 @@ void Composite::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out)
   };
 
   const int64_t n_blocks = (total + block - 1) / block;
-  const int threads = omp_get_max_threads();
+  // As many threads as the scratch planned for (the thread count may have grown since).
+  const int threads = static_cast<int>(std::min<size_t>(static_cast<size_t>(std::max(omp_get_max_threads(), 1)),
+                                                        scratch.size() / per_thread));
   // Parallel over blocks when there is enough work; a reduction over everything combines
   // per-thread partial sums, other reductions run on one thread (their outputs interleave).
   const bool parallel = threads > 1 && total >= kParallelElements && !omp_in_parallel() &&
                         (!reducing || reduce_divisor >= total);
-  std::vector<std::vector<double>>& partials = caller.partials;
-  partials.resize(parallel ? threads : 1);
+  const int used = parallel ? threads : 1;
+  auto thread_base = [&](int t) { return scratch.data() + static_cast<size_t>(t) * per_thread; };
+  auto partial_of = [&](int t) { return reinterpret_cast<double*>(thread_base(t) + reg_bytes); };
   if (reducing)
-    for (auto& p : partials) p.assign(n_out, 0.0);
+    for (int t = 0; t < used; ++t) std::fill_n(partial_of(t), n_out, 0.0);
   if (parallel) {
     parallel_region(threads, [&](int t, int nt) {
-      for_this_cpu([&] { run_blocks(workspace(), n_blocks * t / nt, n_blocks * (t + 1) / nt, partials[t]); });
+      for_this_cpu([&] { run_blocks(thread_base(t), n_blocks * t / nt, n_blocks * (t + 1) / nt, partial_of(t)); });
       if (streaming) _mm_sfence();
     });
   } else {
-    for_this_cpu([&] { run_blocks(caller, 0, n_blocks, partials[0]); });
+    for_this_cpu([&] { run_blocks(thread_base(0), 0, n_blocks, partial_of(0)); });
     if (streaming) _mm_sfence();
   }
   if (!reducing) return;
-  for (size_t t = 1; t < partials.size(); ++t)
-    for (int64_t i = 0; i < n_out; ++i) partials[0][i] += partials[t][i];
+  double* sums = partial_of(0);
+  for (int t = 1; t < used; ++t)
+    for (int64_t i = 0; i < n_out; ++i) sums[i] += partial_of(t)[i];
   // A mean divides by its count (not multiplies by 1/count): the mean of equal values is exact.
-  const bool mean = reduction_->kind == ReduceKind::mean;
+  const bool mean = reduction->kind == ReduceKind::mean;
   const double count = n_out ? static_cast<double>(total) / static_cast<double>(n_out) : 0.0;
   dispatch_float(o.dtype(), "composite reduction", [&](auto tag) {
     using T = decltype(tag);
     T* p = o.data<T>();
-    for (int64_t i = 0; i < n_out; ++i) p[i] = static_cast<T>(mean ? partials[0][i] / count : partials[0][i]);
+    for (int64_t i = 0; i < n_out; ++i) p[i] = static_cast<T>(mean ? sums[i] / count : sums[i]);
   });
 }
+
+}  // namespace
+
+void add_composite_kernels(KernelTable& table) { table.add<Composite, CompositeKernel>(); }
 
 std::vector<std::pair<int, int>> Composite::inplace_options() const {
   // The last instruction writes the result's block directly; an n-ary one (a * b * c) writes its

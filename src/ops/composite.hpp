@@ -1,6 +1,7 @@
 #pragma once
 #include <optional>
 
+#include "graph/executable.hpp"
 #include "graph/op.hpp"
 #include "ops/reduce.hpp"
 #include "ops/scalar_ops.hpp"
@@ -36,7 +37,6 @@ class Composite final : public Op {
   std::string name() const override;
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
-  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>&) const override;
   // The result may overwrite an input of its shape and dtype: a block of the inputs is read before
   // that block of the result is written (except an n-ary last instruction's later operands), and
@@ -48,12 +48,12 @@ class Composite final : public Op {
   bool may_fail_on_values() const override { return false; }
 
  private:
-  // The broadcast shape of values (shapes or tensors) into out, reusing its memory.
-  template <class Values, class ShapeOf> void broadcast_into(Shape& out, const Values& in, ShapeOf shape_of) const;
   int n_inputs_;
   std::vector<ScalarInstruction> program_;
   Type result_;
   std::optional<FusedReduction> reduction_;
 };
+
+void add_composite_kernels(KernelTable& table);
 
 }  // namespace kiln

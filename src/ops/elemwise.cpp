@@ -5,6 +5,7 @@
 #include "kiln/ops.hpp"
 #include "ops/reduce.hpp"
 #include "ops/shape.hpp"
+#include "tensor/copy.hpp"
 #include "tensor/dispatch.hpp"
 #include "tensor/nd_loop.hpp"
 
@@ -201,13 +202,6 @@ std::vector<std::pair<int, int>> Elemwise::inplace_options() const {
 
 namespace {
 
-Shape broadcast_strides(const Tensor& t, const Shape& out_shape) {
-  Shape s = t.strides();
-  for (size_t d = 0; d < out_shape.size(); ++d)
-    if (t.shape()[d] == 1) s[d] = 0;
-  return s;
-}
-
 template <class O, class A, class F>
 void map1(Tensor& out, const Tensor& a, F f, int64_t threshold) {
   auto loop = collapse_loop<2>(out.shape(), {out.strides(), broadcast_strides(a, out.shape())});
@@ -266,12 +260,12 @@ void map_where(Tensor& out, const Tensor& c, const Tensor& a, const Tensor& b) {
 constexpr int64_t kCheap = 1 << 16;
 constexpr int64_t kCostly = 1 << 14;
 
-template <class T> void perform_unary(ScalarOp op, Tensor& out, const Tensor& a) {
+template <class T> void apply_unary(ScalarOp op, Tensor& out, const Tensor& a) {
   const bool found = visit_unary<T>(op, [&](auto f, bool costly) { map1<T, T>(out, a, f, costly ? kCostly : kCheap); });
   if (!found) throw TypeError(std::string(scalar_op_name(op)) + ": no kernel for " + dtype_name(a.dtype()));
 }
 
-template <class T> void perform_binary(ScalarOp op, Tensor& out, const Tensor& a, const Tensor& b) {
+template <class T> void apply_binary(ScalarOp op, Tensor& out, const Tensor& a, const Tensor& b) {
   const bool found = visit_binary<T>(op, [&](auto f, bool costly) {
     using R = decltype(f(T{}, T{}));
     map2<R, T>(out, a, b, f, costly ? kCostly : kCheap);
@@ -279,27 +273,30 @@ template <class T> void perform_binary(ScalarOp op, Tensor& out, const Tensor& a
   if (!found) throw TypeError(std::string(scalar_op_name(op)) + ": no kernel for " + dtype_name(a.dtype()));
 }
 
+class ElemwiseKernel final : public KernelOf<Elemwise> {
+ public:
+  using KernelOf::KernelOf;
+  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+    const ScalarOp op = this->op().scalar_op();
+    Tensor& o = out[0];
+    if (op == ScalarOp::cast || op == ScalarOp::fill) return copy_broadcast(o, in[op == ScalarOp::fill ? 1 : 0]);
+    if (op == ScalarOp::where)
+      return dispatch_dtype(in[1].dtype(), [&](auto tag) { map_where<decltype(tag)>(o, in[0], in[1], in[2]); });
+    dispatch_dtype(in[0].dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      if (in.size() == 1) {
+        apply_unary<T>(op, o, in[0]);
+      } else {
+        apply_binary<T>(op, o, in[0], in[1]);
+        for (size_t k = 2; k < in.size(); ++k) apply_binary<T>(op, o, o, in[k]);
+      }
+    });
+  }
+};
+
 }  // namespace
 
-void Elemwise::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
-  Tensor& o = out[0];
-  if (op_ == ScalarOp::cast || op_ == ScalarOp::fill) {
-    const Tensor& src = in[op_ == ScalarOp::fill ? 1 : 0];
-    if (src.shape() == o.shape()) return o.copy_from(src);
-    return o.copy_from(src.view(o.shape(), broadcast_strides(src, o.shape()), src.offset()));
-  }
-  if (op_ == ScalarOp::where)
-    return dispatch_dtype(in[1].dtype(), [&](auto tag) { map_where<decltype(tag)>(o, in[0], in[1], in[2]); });
-  dispatch_dtype(in[0].dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    if (in.size() == 1) {
-      perform_unary<T>(op_, o, in[0]);
-    } else {
-      perform_binary<T>(op_, o, in[0], in[1]);
-      for (size_t k = 2; k < in.size(); ++k) perform_binary<T>(op_, o, o, in[k]);
-    }
-  });
-}
+void add_elemwise_kernels(KernelTable& table) { table.add<Elemwise, ElemwiseKernel>(); }
 
 std::vector<Var> Elemwise::L_op(const Node& node, const std::vector<Var>& gouts) const {
   const Loc loc = node.loc;

@@ -1,6 +1,7 @@
 #pragma once
 #include <vector>
 
+#include "graph/executable.hpp"
 #include "graph/node.hpp"
 #include "graph/op.hpp"
 #include "ops/scalar_ops.hpp"
@@ -16,11 +17,11 @@ class Elemwise final : public Op {
   explicit Elemwise(ScalarOp op, DType cast_to = DType::f32, int arity = 0)
       : op_(op), cast_to_(cast_to), arity_(arity ? arity : scalar_op_arity(op)) {}
   ScalarOp scalar_op() const { return op_; }
+  DType cast_to() const { return cast_to_; }
   void params(OpParams& out) const override { out << op_ << cast_to_ << arity_; }
   std::string name() const override;
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
-  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
   std::vector<std::pair<int, int>> inplace_options() const override;
   bool may_fail_on_values() const override { return false; }
@@ -39,5 +40,7 @@ Var elemwise(ScalarOp op, std::vector<Var> inputs, const Loc& loc);
 Var fill_like(const Var& like, const Var& value, const Loc& loc);
 // The NumPy result dtype of combining these values (bare numbers are weak).
 DType result_dtype(const std::vector<Var>& inputs);
+
+void add_elemwise_kernels(KernelTable& table);
 
 }  // namespace kiln

@@ -3,6 +3,8 @@
 #include "kiln/ops.hpp"
 #include "ops/elemwise.hpp"
 
+#include "tensor/copy.hpp"
+
 namespace kiln {
 
 bool truth_of(const Tensor& cond) {
@@ -32,10 +34,21 @@ std::vector<Shape> IfElse::infer_shapes(const std::vector<Shape>& in, const std:
   return std::vector<Shape>(in.begin() + first, in.begin() + first + n_);
 }
 
-void IfElse::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
-  const int first = truth_of(in[0]) ? 1 : 1 + n_;
-  for (int i = 0; i < n_; ++i) out[i].copy_from(in[first + i]);
-}
+namespace {
+
+class IfElseKernel final : public KernelOf<IfElse> {
+ public:
+  using KernelOf::KernelOf;
+  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+    const int n = op().n();
+    const int first = truth_of(in[0]) ? 1 : 1 + n;
+    for (int i = 0; i < n; ++i) copy_broadcast(out[i], in[first + i]);
+  }
+};
+
+}  // namespace
+
+void add_ifelse_kernels(KernelTable& table) { table.add<IfElse, IfElseKernel>(); }
 
 std::vector<Var> IfElse::L_op(const Node& node, const std::vector<Var>& gouts) const {
   const Var& c = node.inputs[0];

@@ -1,4 +1,5 @@
 #pragma once
+#include "graph/executable.hpp"
 #include "graph/op.hpp"
 
 namespace kiln {
@@ -15,7 +16,6 @@ class IfElse final : public Op {
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
   std::vector<int> needs_input_values() const override { return {0}; }
-  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
   bool may_fail_on_values() const override { return false; }
 
@@ -24,5 +24,7 @@ class IfElse final : public Op {
 };
 
 bool truth_of(const Tensor& cond);
+
+void add_ifelse_kernels(KernelTable& table);
 
 }  // namespace kiln

@@ -2,6 +2,7 @@
 
 #include "kiln/ops.hpp"
 #include "ops/elemwise.hpp"
+#include "tensor/copy.hpp"
 
 namespace kiln {
 
@@ -31,16 +32,6 @@ std::vector<Shape> Join::infer_shapes(const std::vector<Shape>& in, const std::v
   return {out};
 }
 
-void Join::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
-  Tensor& o = out[0];
-  int64_t start = 0;
-  for (const Tensor& x : in) {
-    Shape shape = o.shape();
-    shape[axis_] = x.shape()[axis_];
-    o.view(shape, o.strides(), o.offset() + start * o.strides()[axis_]).copy_from(x);
-    start += x.shape()[axis_];
-  }
-}
 
 std::vector<Var> Join::L_op(const Node& node, const std::vector<Var>& gouts) const {
   std::vector<Var> in{gouts[0]};
@@ -61,18 +52,6 @@ std::vector<Shape> JoinSplit::infer_shapes(const std::vector<Shape>& in, const s
   return std::vector<Shape>(in.begin() + 1, in.end());
 }
 
-std::vector<std::pair<int, int>> JoinSplit::view_map() const { return {}; }
-
-void JoinSplit::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
-  const Tensor& g = in[0];
-  int64_t start = 0;
-  for (size_t i = 0; i < out.size(); ++i) {
-    Shape shape = g.shape();
-    shape[axis_] = in[i + 1].shape()[axis_];
-    out[i].copy_from(g.view(shape, g.strides(), g.offset() + start * g.strides()[axis_]));
-    start += shape[axis_];
-  }
-}
 
 std::vector<Var> JoinSplit::L_op(const Node& node, const std::vector<Var>& gouts) const {
   std::vector<Var> parts;
@@ -81,6 +60,47 @@ std::vector<Var> JoinSplit::L_op(const Node& node, const std::vector<Var>& gouts
   std::vector<Var> g{concatenate(parts, axis_, node.loc)};
   g.resize(node.inputs.size());
   return g;
+}
+
+namespace {
+
+class JoinKernel final : public KernelOf<Join> {
+ public:
+  using KernelOf::KernelOf;
+  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+    const int64_t axis = op().axis();
+    Tensor& o = out[0];
+    int64_t start = 0;
+    for (const Tensor& x : in) {
+      Shape shape = o.shape();
+      shape[axis] = x.shape()[axis];
+      copy_broadcast(o.view(shape, o.strides(), o.offset() + start * o.strides()[axis]), x);
+      start += x.shape()[axis];
+    }
+  }
+};
+
+class JoinSplitKernel final : public KernelOf<JoinSplit> {
+ public:
+  using KernelOf::KernelOf;
+  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+    const int64_t axis = op().axis();
+    const Tensor& g = in[0];
+    int64_t start = 0;
+    for (size_t i = 0; i < out.size(); ++i) {
+      Shape shape = g.shape();
+      shape[axis] = in[i + 1].shape()[axis];
+      copy_broadcast(out[i], g.view(shape, g.strides(), g.offset() + start * g.strides()[axis]));
+      start += shape[axis];
+    }
+  }
+};
+
+}  // namespace
+
+void add_join_kernels(KernelTable& table) {
+  table.add<Join, JoinKernel>();
+  table.add<JoinSplit, JoinSplitKernel>();
 }
 
 std::optional<int64_t> stacked_length(const Var& v) {

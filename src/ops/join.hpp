@@ -1,6 +1,7 @@
 #pragma once
 #include <optional>
 
+#include "graph/executable.hpp"
 #include "graph/op.hpp"
 
 namespace kiln {
@@ -8,11 +9,11 @@ namespace kiln {
 class Join final : public Op {
  public:
   explicit Join(int64_t axis) : axis_(axis) {}
+  int64_t axis() const { return axis_; }
   void params(OpParams& out) const override { out << axis_; }
   std::string name() const override { return "join{axis=" + std::to_string(axis_) + "}"; }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
-  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
   bool may_fail_on_values() const override { return false; }
 
@@ -24,13 +25,12 @@ class Join final : public Op {
 class JoinSplit final : public Op {
  public:
   explicit JoinSplit(int64_t axis) : axis_(axis) {}
+  int64_t axis() const { return axis_; }
   void params(OpParams& out) const override { out << axis_; }
   std::string name() const override { return "join_split{axis=" + std::to_string(axis_) + "}"; }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
-  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
-  std::vector<std::pair<int, int>> view_map() const override;
   bool may_fail_on_values() const override { return false; }
 
  private:
@@ -39,5 +39,7 @@ class JoinSplit final : public Op {
 
 // The static length of a 1-D vector built by stack() of scalars, when it can be told.
 std::optional<int64_t> stacked_length(const Var& v);
+
+void add_join_kernels(KernelTable& table);
 
 }  // namespace kiln

@@ -14,14 +14,20 @@ namespace kiln {
 
 namespace {
 
-// The view of t with `axis` moved last.
-Tensor axis_last(const Tensor& t, int64_t axis) {
-  Shape shape, strides;
+// t's geometry with `axis` moved last.
+struct AxisLast {
+  Dims shape, strides;
+  int64_t offset;
+  std::span<const int64_t> outer_shape() const { return std::span<const int64_t>(shape).first(shape.size() - 1); }
+  std::span<const int64_t> outer_strides() const { return std::span<const int64_t>(strides).first(strides.size() - 1); }
+};
+AxisLast axis_last(const Tensor& t, int64_t axis) {
+  AxisLast g{{}, {}, t.offset()};
   for (int64_t d = 0; d < t.ndim(); ++d)
-    if (d != axis) shape.push_back(t.shape()[d]), strides.push_back(t.strides()[d]);
-  shape.push_back(t.shape()[axis]);
-  strides.push_back(t.strides()[axis]);
-  return t.view(shape, strides, t.offset());
+    if (d != axis) g.shape.push_back(t.shape()[d]), g.strides.push_back(t.strides()[d]);
+  g.shape.push_back(t.shape()[axis]);
+  g.strides.push_back(t.strides()[axis]);
+  return g;
 }
 
 template <class T>
@@ -58,23 +64,6 @@ std::vector<Shape> Softmax::infer_shapes(const std::vector<Shape>& in, const std
   return {in[0]};
 }
 
-void Softmax::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
-  Tensor x = axis_last(in[0], axis_);
-  Tensor y = axis_last(out[0], axis_);
-  const int64_t n = x.shape().back();
-  const int64_t sx = x.strides().back(), sy = y.strides().back();
-  Shape outer(x.shape().begin(), x.shape().end() - 1);
-  Shape ox(x.strides().begin(), x.strides().end() - 1), oy(y.strides().begin(), y.strides().end() - 1);
-  auto loop = collapse_loop<2>(outer, {oy, ox}, {y.offset(), x.offset()});
-  dispatch_float(x.dtype(), "softmax", [&](auto tag) {
-    using T = decltype(tag);
-    const T* px = reinterpret_cast<const T*>(x.storage()->data());
-    T* py = reinterpret_cast<T*>(y.storage()->data());
-    run_loop(loop, [&](int64_t rows, std::array<int64_t, 2> off, std::array<int64_t, 2> st) {
-      for (int64_t r = 0; r < rows; ++r) softmax_row<T>(px + off[1] + r * st[1], sx, py + off[0] + r * st[0], sy, n, log_);
-    }, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(n, 1)));
-  });
-}
 
 std::vector<Var> Softmax::L_op(const Node& node, const std::vector<Var>& gouts) const {
   const Loc loc = node.loc;
@@ -95,31 +84,6 @@ std::vector<Shape> SoftmaxGrad::infer_shapes(const std::vector<Shape>& in, const
   return {in[1]};
 }
 
-void SoftmaxGrad::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
-  Tensor g = axis_last(in[0], axis_), y = axis_last(in[1], axis_), o = axis_last(out[0], axis_);
-  const int64_t n = y.shape().back();
-  Shape outer(y.shape().begin(), y.shape().end() - 1);
-  auto drop_last = [](const Shape& s) { return Shape(s.begin(), s.end() - 1); };
-  auto loop = collapse_loop<3>(outer, {drop_last(o.strides()), drop_last(g.strides()), drop_last(y.strides())},
-                               {o.offset(), g.offset(), y.offset()});
-  const int64_t so = o.strides().back(), sg = g.strides().back(), sy = y.strides().back();
-  dispatch_float(y.dtype(), "softmax_grad", [&](auto tag) {
-    using T = decltype(tag);
-    T* po = reinterpret_cast<T*>(o.storage()->data());
-    const T* pg = reinterpret_cast<const T*>(g.storage()->data());
-    const T* py = reinterpret_cast<const T*>(y.storage()->data());
-    run_loop(loop, [&](int64_t rows, std::array<int64_t, 3> off, std::array<int64_t, 3> st) {
-      for (int64_t r = 0; r < rows; ++r) {
-        T* orow = po + off[0] + r * st[0];
-        const T* grow = pg + off[1] + r * st[1];
-        const T* yrow = py + off[2] + r * st[2];
-        T dot = 0;
-        for (int64_t i = 0; i < n; ++i) dot += grow[i * sg] * yrow[i * sy];
-        for (int64_t i = 0; i < n; ++i) orow[i * so] = (grow[i * sg] - dot) * yrow[i * sy];
-      }
-    }, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(n, 1)));
-  });
-}
 
 std::vector<Var> SoftmaxGrad::L_op(const Node& node, const std::vector<Var>& gouts) const {
   // out_j = (gy_j - s) y_j with s = sum_k gy_k y_k. For an output gradient G and t = sum_j G_j y_j:
@@ -145,28 +109,7 @@ std::vector<Shape> CrossEntropy::infer_shapes(const std::vector<Shape>& in, cons
   return {Shape{in[0][0]}};
 }
 
-namespace {
-std::vector<int64_t> checked_labels(const Tensor& labels, int64_t classes, const char* op) {
-  std::vector<int64_t> l = labels.to_vector<int64_t>();
-  for (size_t i = 0; i < l.size(); ++i)
-    if (l[i] < 0 || l[i] >= classes)
-      throw ShapeError(std::string(op) + ": label " + std::to_string(l[i]) + " of row " + std::to_string(i) +
-                       " is not a class in [0, " + std::to_string(classes) + ")");
-  return l;
-}
-}  // namespace
 
-void CrossEntropy::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
-  const Tensor& p = in[0];
-  const auto labels = checked_labels(in[1], p.shape()[1], "categorical_crossentropy");
-  dispatch_float(p.dtype(), "categorical_crossentropy", [&](auto tag) {
-    using T = decltype(tag);
-    const T* pp = reinterpret_cast<const T*>(p.storage()->data());
-    T* po = out[0].data<T>();
-    for (size_t i = 0; i < labels.size(); ++i)
-      po[i] = -std::log(pp[p.offset() + static_cast<int64_t>(i) * p.strides()[0] + labels[i] * p.strides()[1]]);
-  });
-}
 
 std::vector<Var> CrossEntropy::L_op(const Node& node, const std::vector<Var>& gouts) const {
   return {apply1(std::make_shared<CrossEntropyGrad>(), {gouts[0], node.inputs[0], node.inputs[1]}, node.loc), Var()};
@@ -182,23 +125,6 @@ std::vector<Shape> CrossEntropyGrad::infer_shapes(const std::vector<Shape>& in, 
   return {in[1]};
 }
 
-void CrossEntropyGrad::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
-  const Tensor &g = in[0], &p = in[1];
-  const auto labels = checked_labels(in[2], p.shape()[1], "categorical_crossentropy_grad");
-  Tensor& o = out[0];
-  std::memset(o.raw_data(), 0, o.nbytes());
-  dispatch_float(p.dtype(), name().c_str(), [&](auto tag) {
-    using T = decltype(tag);
-    const T* pp = reinterpret_cast<const T*>(p.storage()->data());
-    const T* pg = reinterpret_cast<const T*>(g.storage()->data());
-    T* po = o.data<T>();
-    const int64_t c = p.shape()[1];
-    for (size_t i = 0; i < labels.size(); ++i) {
-      const int64_t r = static_cast<int64_t>(i);
-      po[r * c + labels[i]] = -pg[g.offset() + r * g.strides()[0]] / pp[p.offset() + r * p.strides()[0] + labels[i] * p.strides()[1]];
-    }
-  });
-}
 
 std::vector<Var> CrossEntropyGrad::L_op(const Node& node, const std::vector<Var>& gouts) const {
   // out_ij = -g_i h_ij / p_ij with h the one-hot labels. For an output gradient G:
@@ -221,16 +147,6 @@ std::vector<Shape> OneHot::infer_shapes(const std::vector<Shape>& in, const std:
   return {in[1]};
 }
 
-void OneHot::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
-  const auto labels = checked_labels(in[0], in[1].shape()[1], "onehot");
-  Tensor& o = out[0];
-  std::memset(o.raw_data(), 0, o.nbytes());
-  dispatch_float(o.dtype(), "onehot", [&](auto tag) {
-    using T = decltype(tag);
-    T* p = o.data<T>();
-    for (size_t i = 0; i < labels.size(); ++i) p[static_cast<int64_t>(i) * o.shape()[1] + labels[i]] = T(1);
-  });
-}
 
 std::vector<Type> CrossEntropySoftmax::infer_types(const std::vector<Type>& in) const {
   return CrossEntropy().infer_types(in);
@@ -240,13 +156,65 @@ std::vector<Shape> CrossEntropySoftmax::infer_shapes(const std::vector<Shape>& i
   return CrossEntropy().infer_shapes(in, v);
 }
 
+
+
+std::vector<Var> CrossEntropySoftmax::L_op(const Node& node, const std::vector<Var>& gouts) const {
+  return {apply1(std::make_shared<CrossEntropySoftmaxGrad>(), {gouts[0], node.inputs[0], node.inputs[1]}, node.loc), Var()};
+}
+
+std::vector<Type> CrossEntropySoftmaxGrad::infer_types(const std::vector<Type>& in) const {
+  if (in[0].dtype != in[1].dtype)
+    throw TypeError(name() + ": gradient " + in[0].str() + " and logits " + in[1].str() + " differ in dtype");
+  return {in[1]};
+}
+
+std::vector<Shape> CrossEntropySoftmaxGrad::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
+  return {in[1]};
+}
+
+
+std::vector<Var> CrossEntropySoftmaxGrad::L_op(const Node& node, const std::vector<Var>& gouts) const {
+  // out_ij = g_i (softmax(x)_ij - h_ij) with h the one-hot labels. For an output gradient G:
+  // d/dg_i = sum_j G_ij (softmax(x)_ij - h_ij);  d/dx = softmax_grad(G * g, softmax(x)).
+  const Loc loc = node.loc;
+  const Var &g = node.inputs[0], &x = node.inputs[1], &G = gouts[0];
+  Var h = apply1(std::make_shared<OneHot>(), {node.inputs[2], x}, loc);
+  Var sm = softmax(x, 1, loc);
+  Var gx = apply1(std::make_shared<SoftmaxGrad>(1), {G * dimshuffle(g, {0, -1}, loc), sm}, loc);
+  return {sum(G * (sm - h), {1}, false, loc), gx, Var()};
+}
+
 namespace {
+
+// A 1-D integer tensor's labels, read in place, each checked on construction to name one of
+// `classes` classes.
+class CheckedLabels {
+ public:
+  CheckedLabels(const Tensor& labels, int64_t classes, const std::string& op) : labels_(labels) {
+    for (int64_t i = 0; i < size(); ++i)
+      if (const int64_t l = (*this)[i]; l < 0 || l >= classes)
+        throw ShapeError(op + ": label " + std::to_string(l) + " of row " + std::to_string(i) + " is not a class in [0, " +
+                         std::to_string(classes) + ")");
+  }
+  int64_t size() const { return labels_.shape()[0]; }
+  int64_t operator[](int64_t i) const {
+    const int64_t at = labels_.offset() + i * labels_.strides()[0];
+    const std::byte* base = labels_.storage()->data();
+    switch (labels_.dtype()) {
+      case DType::i64: return reinterpret_cast<const int64_t*>(base)[at];
+      case DType::i32: return reinterpret_cast<const int32_t*>(base)[at];
+      default: return static_cast<int64_t>(labels_.item_as_double(i));
+    }
+  }
+
+ private:
+  const Tensor& labels_;
+};
+
 // Calls row_fn(row pointer, row stride, row length, label, i) for each row of a 2-D x.
-template <class T, class F> void for_each_row(const Tensor& x, const std::vector<int64_t>& labels, F row_fn) {
+template <class T, class F> void for_each_row(const Tensor& x, const CheckedLabels& labels, F row_fn) {
   const T* px = reinterpret_cast<const T*>(x.storage()->data());
-  for (size_t i = 0; i < labels.size(); ++i)
-    row_fn(px + x.offset() + static_cast<int64_t>(i) * x.strides()[0], x.strides()[1], x.shape()[1], labels[i],
-           static_cast<int64_t>(i));
+  for (int64_t i = 0; i < labels.size(); ++i) row_fn(px + x.offset() + i * x.strides()[0], x.strides()[1], x.shape()[1], labels[i], i);
 }
 
 // A row's log-sum-exp as its maximum and the log of the shifted sum, kept apart: adding them
@@ -263,62 +231,155 @@ template <class T> RowLogSumExp<T> row_logsumexp(const T* row, int64_t stride, i
   for (int64_t j = 0; j < n; ++j) total += std::exp(static_cast<double>(row[j * stride] - mx));
   return {mx, std::log(total)};
 }
+
+class SoftmaxKernel final : public KernelOf<Softmax> {
+ public:
+  using KernelOf::KernelOf;
+  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+    const bool log = op().is_log();
+    const AxisLast x = axis_last(in[0], op().axis()), y = axis_last(out[0], op().axis());
+    const int64_t n = x.shape.back();
+    const int64_t sx = x.strides.back(), sy = y.strides.back();
+    auto loop = collapse_loop<2>(x.outer_shape(), {y.outer_strides(), x.outer_strides()}, {y.offset, x.offset});
+    dispatch_float(in[0].dtype(), "softmax", [&](auto tag) {
+      using T = decltype(tag);
+      const T* px = reinterpret_cast<const T*>(in[0].storage()->data());
+      T* py = reinterpret_cast<T*>(out[0].storage()->data());
+      run_loop(loop, [&](int64_t rows, std::array<int64_t, 2> off, std::array<int64_t, 2> st) {
+        for (int64_t r = 0; r < rows; ++r) softmax_row<T>(px + off[1] + r * st[1], sx, py + off[0] + r * st[0], sy, n, log);
+      }, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(n, 1)));
+    });
+  }
+};
+
+class SoftmaxGradKernel final : public KernelOf<SoftmaxGrad> {
+ public:
+  using KernelOf::KernelOf;
+  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+    const int64_t axis = op().axis();
+    const AxisLast g = axis_last(in[0], axis), y = axis_last(in[1], axis), o = axis_last(out[0], axis);
+    const int64_t n = y.shape.back();
+    auto loop = collapse_loop<3>(y.outer_shape(), {o.outer_strides(), g.outer_strides(), y.outer_strides()},
+                                 {o.offset, g.offset, y.offset});
+    const int64_t so = o.strides.back(), sg = g.strides.back(), sy = y.strides.back();
+    dispatch_float(in[1].dtype(), "softmax_grad", [&](auto tag) {
+      using T = decltype(tag);
+      T* po = reinterpret_cast<T*>(out[0].storage()->data());
+      const T* pg = reinterpret_cast<const T*>(in[0].storage()->data());
+      const T* py = reinterpret_cast<const T*>(in[1].storage()->data());
+      run_loop(loop, [&](int64_t rows, std::array<int64_t, 3> off, std::array<int64_t, 3> st) {
+        for (int64_t r = 0; r < rows; ++r) {
+          T* orow = po + off[0] + r * st[0];
+          const T* grow = pg + off[1] + r * st[1];
+          const T* yrow = py + off[2] + r * st[2];
+          T dot = 0;
+          for (int64_t i = 0; i < n; ++i) dot += grow[i * sg] * yrow[i * sy];
+          for (int64_t i = 0; i < n; ++i) orow[i * so] = (grow[i * sg] - dot) * yrow[i * sy];
+        }
+      }, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(n, 1)));
+    });
+  }
+};
+
+class CrossEntropyKernel final : public KernelOf<CrossEntropy> {
+ public:
+  using KernelOf::KernelOf;
+  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+    const Tensor& p = in[0];
+    const CheckedLabels labels(in[1], p.shape()[1], "categorical_crossentropy");
+    dispatch_float(p.dtype(), "categorical_crossentropy", [&](auto tag) {
+      using T = decltype(tag);
+      const T* pp = reinterpret_cast<const T*>(p.storage()->data());
+      T* po = out[0].data<T>();
+      for (int64_t i = 0; i < labels.size(); ++i) po[i] = -std::log(pp[p.offset() + i * p.strides()[0] + labels[i] * p.strides()[1]]);
+    });
+  }
+};
+
+class CrossEntropyGradKernel final : public KernelOf<CrossEntropyGrad> {
+ public:
+  using KernelOf::KernelOf;
+  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+    const Tensor &g = in[0], &p = in[1];
+    const CheckedLabels labels(in[2], p.shape()[1], "categorical_crossentropy_grad");
+    Tensor& o = out[0];
+    std::memset(o.raw_data(), 0, o.nbytes());
+    dispatch_float(p.dtype(), "categorical_crossentropy_grad", [&](auto tag) {
+      using T = decltype(tag);
+      const T* pp = reinterpret_cast<const T*>(p.storage()->data());
+      const T* pg = reinterpret_cast<const T*>(g.storage()->data());
+      T* po = o.data<T>();
+      const int64_t c = p.shape()[1];
+      for (int64_t r = 0; r < labels.size(); ++r)
+        po[r * c + labels[r]] = -pg[g.offset() + r * g.strides()[0]] / pp[p.offset() + r * p.strides()[0] + labels[r] * p.strides()[1]];
+    });
+  }
+};
+
+class OneHotKernel final : public KernelOf<OneHot> {
+ public:
+  using KernelOf::KernelOf;
+  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+    const CheckedLabels labels(in[0], in[1].shape()[1], "onehot");
+    Tensor& o = out[0];
+    std::memset(o.raw_data(), 0, o.nbytes());
+    dispatch_float(o.dtype(), "onehot", [&](auto tag) {
+      using T = decltype(tag);
+      T* p = o.data<T>();
+      for (int64_t i = 0; i < labels.size(); ++i) p[i * o.shape()[1] + labels[i]] = T(1);
+    });
+  }
+};
+
+class CrossEntropySoftmaxKernel final : public KernelOf<CrossEntropySoftmax> {
+ public:
+  using KernelOf::KernelOf;
+  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+    const Tensor& x = in[0];
+    const CheckedLabels labels(in[1], x.shape()[1], "crossentropy_softmax");
+    dispatch_float(x.dtype(), "crossentropy_softmax", [&](auto tag) {
+      using T = decltype(tag);
+      T* po = out[0].data<T>();
+      for_each_row<T>(x, labels, [&](const T* row, int64_t stride, int64_t n, int64_t label, int64_t i) {
+        const RowLogSumExp<T> lse = row_logsumexp(row, stride, n);
+        po[i] = static_cast<T>(static_cast<double>(lse.max - row[label * stride]) + lse.log_sum);
+      });
+    });
+  }
+};
+
+class CrossEntropySoftmaxGradKernel final : public KernelOf<CrossEntropySoftmaxGrad> {
+ public:
+  using KernelOf::KernelOf;
+  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+    const Tensor &g = in[0], &x = in[1];
+    const CheckedLabels labels(in[2], x.shape()[1], "crossentropy_softmax_grad");
+    dispatch_float(x.dtype(), "crossentropy_softmax_grad", [&](auto tag) {
+      using T = decltype(tag);
+      T* po = out[0].data<T>();
+      const T* pg = reinterpret_cast<const T*>(g.storage()->data());
+      for_each_row<T>(x, labels, [&](const T* row, int64_t stride, int64_t n, int64_t label, int64_t i) {
+        const RowLogSumExp<T> lse = row_logsumexp(row, stride, n);
+        const T gi = pg[g.offset() + i * g.strides()[0]];
+        T* orow = po + i * n;
+        for (int64_t j = 0; j < n; ++j)
+          orow[j] = gi * static_cast<T>(std::exp(static_cast<double>(row[j * stride] - lse.max) - lse.log_sum));
+        orow[label] -= gi;
+      });
+    });
+  }
+};
+
 }  // namespace
 
-void CrossEntropySoftmax::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
-  const Tensor& x = in[0];
-  const auto labels = checked_labels(in[1], x.shape()[1], "crossentropy_softmax");
-  dispatch_float(x.dtype(), "crossentropy_softmax", [&](auto tag) {
-    using T = decltype(tag);
-    T* po = out[0].data<T>();
-    for_each_row<T>(x, labels, [&](const T* row, int64_t stride, int64_t n, int64_t label, int64_t i) {
-      const RowLogSumExp<T> lse = row_logsumexp(row, stride, n);
-      po[i] = static_cast<T>(static_cast<double>(lse.max - row[label * stride]) + lse.log_sum);
-    });
-  });
-}
-
-std::vector<Var> CrossEntropySoftmax::L_op(const Node& node, const std::vector<Var>& gouts) const {
-  return {apply1(std::make_shared<CrossEntropySoftmaxGrad>(), {gouts[0], node.inputs[0], node.inputs[1]}, node.loc), Var()};
-}
-
-std::vector<Type> CrossEntropySoftmaxGrad::infer_types(const std::vector<Type>& in) const {
-  if (in[0].dtype != in[1].dtype)
-    throw TypeError(name() + ": gradient " + in[0].str() + " and logits " + in[1].str() + " differ in dtype");
-  return {in[1]};
-}
-
-std::vector<Shape> CrossEntropySoftmaxGrad::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
-  return {in[1]};
-}
-
-void CrossEntropySoftmaxGrad::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
-  const Tensor &g = in[0], &x = in[1];
-  const auto labels = checked_labels(in[2], x.shape()[1], name().c_str());
-  dispatch_float(x.dtype(), name().c_str(), [&](auto tag) {
-    using T = decltype(tag);
-    T* po = out[0].data<T>();
-    const T* pg = reinterpret_cast<const T*>(g.storage()->data());
-    for_each_row<T>(x, labels, [&](const T* row, int64_t stride, int64_t n, int64_t label, int64_t i) {
-      const RowLogSumExp<T> lse = row_logsumexp(row, stride, n);
-      const T gi = pg[g.offset() + i * g.strides()[0]];
-      T* orow = po + i * n;
-      for (int64_t j = 0; j < n; ++j)
-        orow[j] = gi * static_cast<T>(std::exp(static_cast<double>(row[j * stride] - lse.max) - lse.log_sum));
-      orow[label] -= gi;
-    });
-  });
-}
-
-std::vector<Var> CrossEntropySoftmaxGrad::L_op(const Node& node, const std::vector<Var>& gouts) const {
-  // out_ij = g_i (softmax(x)_ij - h_ij) with h the one-hot labels. For an output gradient G:
-  // d/dg_i = sum_j G_ij (softmax(x)_ij - h_ij);  d/dx = softmax_grad(G * g, softmax(x)).
-  const Loc loc = node.loc;
-  const Var &g = node.inputs[0], &x = node.inputs[1], &G = gouts[0];
-  Var h = apply1(std::make_shared<OneHot>(), {node.inputs[2], x}, loc);
-  Var sm = softmax(x, 1, loc);
-  Var gx = apply1(std::make_shared<SoftmaxGrad>(1), {G * dimshuffle(g, {0, -1}, loc), sm}, loc);
-  return {sum(G * (sm - h), {1}, false, loc), gx, Var()};
+void add_nnet_kernels(KernelTable& table) {
+  table.add<Softmax, SoftmaxKernel>();
+  table.add<SoftmaxGrad, SoftmaxGradKernel>();
+  table.add<CrossEntropy, CrossEntropyKernel>();
+  table.add<CrossEntropyGrad, CrossEntropyGradKernel>();
+  table.add<OneHot, OneHotKernel>();
+  table.add<CrossEntropySoftmax, CrossEntropySoftmaxKernel>();
+  table.add<CrossEntropySoftmaxGrad, CrossEntropySoftmaxGradKernel>();
 }
 
 namespace {

@@ -1,4 +1,5 @@
 #pragma once
+#include "graph/executable.hpp"
 #include "graph/op.hpp"
 
 namespace kiln {
@@ -13,7 +14,6 @@ class Softmax final : public Op {
   std::string name() const override { return std::string(log_ ? "log_softmax" : "softmax") + "{axis=" + std::to_string(axis_) + "}"; }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
-  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
   // softmax may overwrite its input (each element is read before it is written); log_softmax reads
   // its input again after writing, so it may not.
@@ -37,7 +37,6 @@ class SoftmaxGrad final : public Op {
   std::string name() const override { return "softmax_grad{axis=" + std::to_string(axis_) + "}"; }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
-  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
   bool may_fail_on_values() const override { return false; }
 
@@ -52,7 +51,6 @@ class CrossEntropy final : public Op {
   std::string name() const override { return "categorical_crossentropy"; }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
-  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
 };
 
@@ -63,7 +61,6 @@ class CrossEntropyGrad final : public Op {
   std::string name() const override { return "categorical_crossentropy_grad"; }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
-  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
 };
 
@@ -75,7 +72,6 @@ class OneHot final : public Op {
   std::string name() const override { return "onehot"; }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
-  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node&, const std::vector<Var>&) const override { return {Var(), Var()}; }
 };
 
@@ -86,7 +82,6 @@ class CrossEntropySoftmax final : public Op {
   std::string name() const override { return "crossentropy_softmax"; }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
-  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
 };
 
@@ -97,11 +92,12 @@ class CrossEntropySoftmaxGrad final : public Op {
   std::string name() const override { return "crossentropy_softmax_grad"; }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
-  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
   // The result may overwrite the logits: a row is read whole (its log-sum-exp) before it is
   // written, each element from the same element.
   std::vector<std::pair<int, int>> inplace_options() const override { return {{0, 1}}; }
 };
+
+void add_nnet_kernels(KernelTable& table);
 
 }  // namespace kiln

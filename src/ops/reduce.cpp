@@ -6,6 +6,7 @@
 
 #include "kiln/ops.hpp"
 #include "ops/elemwise.hpp"
+#include "tensor/copy.hpp"
 #include "tensor/dispatch.hpp"
 #include "tensor/nd_loop.hpp"
 
@@ -25,7 +26,7 @@ const char* kind_name(ReduceKind k) {
   return "?";
 }
 
-bool contains(const std::vector<int64_t>& v, int64_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+bool contains(std::span<const int64_t> v, int64_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
 // Sums a run of n elements pairwise (as NumPy does): blocks of 128 are summed in 8 lanes, and the
 // block sums are combined as a balanced binary tree through a carry stack. The rounding error
@@ -61,58 +62,56 @@ template <class Acc, class T, class F> struct SequentialRun {
 };
 
 template <class Acc, class T, class F, class Run>
-void reduce_loop(const Tensor& in, Tensor& out, const std::vector<int64_t>& axes, Acc init, F combine, Run run) {
+void reduce_loop(const Tensor& in, Acc* out, int64_t out_numel, std::span<const int64_t> axes, Acc init, F combine,
+                 Run run) {
   // Walk the input in memory order; the output is seen through strides that are 0 on reduced axes.
-  Shape out_strides(in.ndim(), 0);
+  Dims out_strides(static_cast<size_t>(in.ndim()), 0);
   int64_t s = 1;
   for (int64_t d = in.ndim() - 1; d >= 0; --d) {
     if (contains(axes, d)) continue;
-    out_strides[d] = s;
+    out_strides[static_cast<size_t>(d)] = s;
     s *= in.shape()[d];
   }
-  Acc* po = reinterpret_cast<Acc*>(out.raw_data());
-  std::fill_n(po, out.numel(), init);
+  std::fill_n(out, out_numel, init);
   const T* pi = reinterpret_cast<const T*>(in.raw_data());
   auto loop = collapse_loop<2>(in.shape(), {out_strides, in.strides()});
-  run_loop_range(loop, 0, in.numel() / std::max<int64_t>(loop.shape.empty() ? 1 : loop.shape.back(), 1), 0,
-                 loop.shape.empty() ? 1 : loop.shape.back(),
+  const int64_t inner = loop.shape.empty() ? 1 : loop.shape.back();
+  run_loop_range(loop, 0, in.numel() / std::max<int64_t>(inner, 1), 0, inner,
                  [&](int64_t n, std::array<int64_t, 2> off, std::array<int64_t, 2> st) {
-                       Acc* o = po + off[0];
-                       const T* x = pi + off[1];
-                       if (st[0] == 0) {
-                         *o = st[1] == 1 ? run(*o, x, n, 1) : run(*o, x, n, st[1]);
-                       } else {
-                         for (int64_t i = 0; i < n; ++i) o[i * st[0]] = combine(o[i * st[0]], static_cast<Acc>(x[i * st[1]]));
-                       }
-                     });
+                   Acc* o = out + off[0];
+                   const T* x = pi + off[1];
+                   if (st[0] == 0) {
+                     *o = st[1] == 1 ? run(*o, x, n, 1) : run(*o, x, n, st[1]);
+                   } else {
+                     for (int64_t i = 0; i < n; ++i) o[i * st[0]] = combine(o[i * st[0]], static_cast<Acc>(x[i * st[1]]));
+                   }
+                 });
 }
 
-// Sum of f32 runs accumulates in f64 for accuracy, then narrows. The f64 accumulator is per-thread
-// scratch reused across calls, so a steady loop allocates nothing here.
-template <class T> void reduce_sum(const Tensor& in, Tensor& out, const std::vector<int64_t>& axes) {
-  using Acc = std::conditional_t<std::is_same_v<T, float>, double, T>;
+// What a sum accumulates in: f64 for f32 (then narrowed), the output's own dtype otherwise.
+template <class O> using SumAccumulator = std::conditional_t<std::is_same_v<O, float>, double, O>;
+
+// out (contiguous, dtype O) = the sum of in (dtype T) over axes. An f32 sum accumulates in f64 in
+// `scratch` (sum_scratch_bytes), then narrows.
+template <class O, class T> void reduce_sum(const Tensor& in, O* out, int64_t out_numel, std::span<const int64_t> axes,
+                                            std::span<std::byte> scratch) {
+  using Acc = SumAccumulator<O>;
   auto add = [](Acc a, Acc b) { return static_cast<Acc>(a + b); };
   auto run = [](Acc acc, const T* x, int64_t n, int64_t stride) {
-    if constexpr (std::is_floating_point_v<Acc>) {
+    if constexpr (std::is_floating_point_v<Acc> && std::is_floating_point_v<T>) {
       return static_cast<Acc>(acc + pairwise_sum<Acc>(x, n, stride));
     } else {
-      for (int64_t i = 0; i < n; ++i) acc = static_cast<Acc>(acc + x[i * stride]);
+      for (int64_t i = 0; i < n; ++i) acc = static_cast<Acc>(acc + static_cast<Acc>(x[i * stride]));
       return acc;
     }
   };
-  if constexpr (std::is_same_v<Acc, T>) {
-    reduce_loop<T, T>(in, out, axes, T(0), add, run);
+  if constexpr (std::is_same_v<Acc, O>) {
+    reduce_loop<O, T>(in, out, out_numel, axes, O(0), add, run);
   } else {
-    thread_local std::vector<Acc> scratch;
-    if (scratch.size() < static_cast<size_t>(out.numel())) scratch.resize(static_cast<size_t>(out.numel()));
-    Tensor wide = Tensor::wrap(scratch.data(), out.shape());
-    reduce_loop<Acc, T>(in, wide, axes, Acc(0), add, run);
-    out.copy_from(wide);
+    Acc* wide = reinterpret_cast<Acc*>(scratch.data());
+    reduce_loop<Acc, T>(in, wide, out_numel, axes, Acc(0), add, run);
+    for (int64_t i = 0; i < out_numel; ++i) out[i] = static_cast<O>(wide[i]);
   }
-}
-
-template <class T, class F> void reduce_with(const Tensor& in, Tensor& out, const std::vector<int64_t>& axes, T init, F combine) {
-  reduce_loop<T, T>(in, out, axes, init, combine, SequentialRun<T, T, F>{combine});
 }
 
 template <class T> T lowest_of() {
@@ -124,77 +123,175 @@ template <class T> T highest_of() {
   else return std::numeric_limits<T>::max();
 }
 
-void reduce_into(ReduceKind kind, const Tensor& in, Tensor& out, const std::vector<int64_t>& axes) {
-  if (kind == ReduceKind::sum || kind == ReduceKind::mean) {
-    Tensor src = in;
-    if (!is_float(in.dtype()) && out.dtype() != in.dtype()) src = in.to(out.dtype());
-    dispatch_dtype(src.dtype(), [&](auto tag) {
-      using T = decltype(tag);
-      if constexpr (std::is_same_v<T, bool>) throw TypeError("sum: no kernel for b8");
-      else reduce_sum<T>(src, out, axes);
-    });
-    if (kind == ReduceKind::mean) {
-      int64_t count = 1;
-      for (int64_t a : axes) count *= in.shape()[a];
-      dispatch_float(out.dtype(), "mean", [&](auto tag) {
-        using T = decltype(tag);
-        T* p = reinterpret_cast<T*>(out.raw_data());
-        // Divided, not multiplied by 1/count: the mean of equal values is that value exactly.
-        for (int64_t i = 0; i < out.numel(); ++i) p[i] /= static_cast<T>(count);
-      });
-    }
-    return;
-  }
-  Tensor src = in.dtype() == out.dtype() ? in : in.to(out.dtype());
-  dispatch_dtype(src.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (std::is_same_v<T, bool>) {
-      throw TypeError(std::string(kind_name(kind)) + ": no kernel for b8");
-    } else {
-      switch (kind) {
-        case ReduceKind::prod: return reduce_with<T>(src, out, axes, T(1), [](T a, T b) { return static_cast<T>(a * b); });
+// The scratch an f32 sum into an output of out_numel elements needs for its f64 accumulators.
+int64_t sum_scratch_bytes(DType out_dtype, int64_t out_numel) {
+  return out_dtype == DType::f32 ? out_numel * static_cast<int64_t>(sizeof(double)) : 0;
+}
+
+// out (contiguous) = the reduction of in over axes, converting in's dtype to out's on the fly.
+void reduce_into(ReduceKind kind, const Tensor& in, const Tensor& out, std::span<const int64_t> axes,
+                 std::span<std::byte> scratch) {
+  const int64_t n_out = out.numel();
+  dispatch_dtype(out.dtype(), [&](auto out_tag) {
+    using O = decltype(out_tag);
+    dispatch_dtype(in.dtype(), [&](auto in_tag) {
+      using T = decltype(in_tag);
+      O* po = reinterpret_cast<O*>(out.raw_data());
+      if constexpr (std::is_same_v<O, bool>) {
+        throw TypeError(std::string(kind_name(kind)) + ": no kernel for a b8 result");
+      } else if (kind == ReduceKind::sum || kind == ReduceKind::mean) {
+        reduce_sum<O, T>(in, po, n_out, axes, scratch);
+        if (kind == ReduceKind::mean) {
+          int64_t count = 1;
+          for (int64_t a : axes) count *= in.shape()[a];
+          // Divided, not multiplied by 1/count: the mean of equal values is that value exactly.
+          for (int64_t i = 0; i < n_out; ++i) po[i] = static_cast<O>(po[i] / static_cast<O>(count));
+        }
+      } else {
+        auto sequential = [](auto combine) { return SequentialRun<O, T, decltype(combine)>{combine}; };
+        auto times = [](O a, O b) { return static_cast<O>(a * b); };
         // Floats start from -inf (+inf), so max({-inf}) is -inf; a NaN wins and stays.
-        case ReduceKind::max:
-          return reduce_with<T>(src, out, axes, lowest_of<T>(), [](T a, T b) { return (b > a || b != b) ? b : a; });
-        case ReduceKind::min:
-          return reduce_with<T>(src, out, axes, highest_of<T>(), [](T a, T b) { return (b < a || b != b) ? b : a; });
-        default: throw Error("reduce: unexpected kind");
+        auto larger = [](O a, O b) { return (b > a || b != b) ? b : a; };
+        auto smaller = [](O a, O b) { return (b < a || b != b) ? b : a; };
+        switch (kind) {
+          case ReduceKind::prod: return reduce_loop<O, T>(in, po, n_out, axes, O(1), times, sequential(times));
+          case ReduceKind::max: return reduce_loop<O, T>(in, po, n_out, axes, lowest_of<O>(), larger, sequential(larger));
+          case ReduceKind::min: return reduce_loop<O, T>(in, po, n_out, axes, highest_of<O>(), smaller, sequential(smaller));
+          default: throw Error("reduce: unexpected kind");
+        }
       }
-    }
+    });
   });
 }
 
-void argmax_into(const Tensor& in, Tensor& out, const std::vector<int64_t>& axes) {
-  // Move the reduced axis last (or flatten everything), then one scan per row.
-  Tensor rows;
-  if (axes.size() == static_cast<size_t>(in.ndim())) {
-    rows = in.contiguous().reshape({1, in.numel()});
-  } else {
-    int64_t axis = axes[0];
-    Shape shape, strides;
-    for (int64_t d = 0; d < in.ndim(); ++d)
-      if (d != axis) shape.push_back(in.shape()[d]), strides.push_back(in.strides()[d]);
-    shape.push_back(in.shape()[axis]);
-    strides.push_back(in.strides()[axis]);
-    Tensor moved = in.view(shape, strides, in.offset()).contiguous();
-    rows = moved.reshape({moved.numel() / std::max<int64_t>(in.shape()[axis], 1), in.shape()[axis]});
-  }
-  const int64_t n_rows = rows.shape()[0], n = rows.shape()[1];
-  if (n == 0) throw ShapeError("argmax: cannot take the argmax of an empty axis (input " + in.str() + ")");
-  int64_t* po = out.data<int64_t>();
-  dispatch_dtype(rows.dtype(), [&](auto tag) {
+// The index of the first maximum (the first NaN, as NumPy says) along one axis, or over all axes
+// in row-major order, read through the input's strides.
+void argmax_into(const Tensor& in, const Tensor& out, const std::vector<int64_t>& axes) {
+  int64_t* po = reinterpret_cast<int64_t*>(out.raw_data());
+  dispatch_dtype(in.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    const T* p = reinterpret_cast<const T*>(rows.raw_data());
-    for (int64_t r = 0; r < n_rows; ++r) {
-      const T* row = p + r * n;
-      // The first NaN is the maximum, as NumPy says (max returns NaN too).
-      int64_t best = 0;
-      for (int64_t i = 1; i < n && row[best] == row[best]; ++i)
-        if (row[i] > row[best] || row[i] != row[i]) best = i;
-      po[r] = best;
+    const T* base = reinterpret_cast<const T*>(in.raw_data());
+    auto better = [](T candidate, T best) { return best == best && (candidate > best || candidate != candidate); };
+    if (axes.size() == static_cast<size_t>(in.ndim())) {
+      int64_t index = 0, best = 0;
+      const T* best_value = nullptr;
+      auto loop = collapse_loop<1>(in.shape(), {in.strides()});
+      const int64_t inner = loop.shape.empty() ? 1 : loop.shape.back();
+      run_loop_range(loop, 0, in.numel() / std::max<int64_t>(inner, 1), 0, inner,
+                     [&](int64_t n, std::array<int64_t, 1> off, std::array<int64_t, 1> st) {
+                       for (int64_t i = 0; i < n; ++i, ++index) {
+                         const T* x = base + off[0] + i * st[0];
+                         if (!best_value || better(*x, *best_value)) best_value = x, best = index;
+                       }
+                     });
+      po[0] = best;
+      return;
     }
+    const int64_t axis = axes[0], n = in.shape()[axis], step = in.strides()[axis];
+    Dims rows_shape, rows_strides, out_strides;
+    int64_t stride = 1;
+    for (int64_t d = in.ndim() - 1; d >= 0; --d) {
+      if (d == axis) continue;
+      rows_shape.push_back(in.shape()[d]);
+      rows_strides.push_back(in.strides()[d]);
+      out_strides.push_back(stride);
+      stride *= in.shape()[d];
+    }
+    std::reverse(rows_shape.begin(), rows_shape.end());
+    std::reverse(rows_strides.begin(), rows_strides.end());
+    std::reverse(out_strides.begin(), out_strides.end());
+    auto loop = collapse_loop<2>(rows_shape, {out_strides, rows_strides});
+    const int64_t inner = loop.shape.empty() ? 1 : loop.shape.back();
+    run_loop_range(loop, 0, out.numel() / std::max<int64_t>(inner, 1), 0, inner,
+                   [&](int64_t m, std::array<int64_t, 2> off, std::array<int64_t, 2> st) {
+                     for (int64_t r = 0; r < m; ++r) {
+                       const T* row = base + off[1] + r * st[1];
+                       int64_t best = 0;
+                       for (int64_t i = 1; i < n; ++i)
+                         if (better(row[i * step], row[best * step])) best = i;
+                       po[off[0] + r * st[0]] = best;
+                     }
+                   });
   });
 }
+
+class ReduceKernel final : public KernelOf<Reduce> {
+ public:
+  using KernelOf::KernelOf;
+  int64_t scratch_bytes(const std::vector<Shape>&, const std::vector<Shape>& out) const override {
+    if (op().kind() != ReduceKind::sum && op().kind() != ReduceKind::mean) return 0;
+    return sum_scratch_bytes(output_dtype(0), shape_numel(out[0]));
+  }
+  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte> scratch) const override {
+    if (op().kind() == ReduceKind::argmax) return argmax_into(in[0], out[0], op().axes());
+    reduce_into(op().kind(), in[0], out[0], op().axes(), scratch);
+  }
+};
+
+// log(sum(exp(x - m))) + m with m the maximum over the axes (0 where it is not finite): scratch
+// holds m and the f64 sums.
+class LogSumExpKernel final : public KernelOf<LogSumExp> {
+ public:
+  using KernelOf::KernelOf;
+  int64_t scratch_bytes(const std::vector<Shape>&, const std::vector<Shape>& out) const override {
+    return shape_numel(out[0]) * static_cast<int64_t>(sizeof(double) * 2);
+  }
+  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte> scratch) const override {
+    const Tensor& x = in[0];
+    const Tensor& o = out[0];
+    const int64_t n_out = o.numel();
+    double* m = reinterpret_cast<double*>(scratch.data());
+    double* acc = m + n_out;
+    const std::vector<int64_t>& axes = op().axes();
+    dispatch_float(x.dtype(), "logsumexp", [&](auto tag) {
+      using T = decltype(tag);
+      auto larger = [](double a, double b) { return (b > a || b != b) ? b : a; };
+      reduce_loop<double, T>(x, m, n_out, axes, -std::numeric_limits<double>::infinity(), larger,
+                             SequentialRun<double, T, decltype(larger)>{larger});
+      for (int64_t i = 0; i < n_out; ++i)
+        if (!std::isfinite(m[i])) m[i] = 0;  // all -inf (or inf/nan) rows: let the sum say so
+      Dims out_strides(static_cast<size_t>(x.ndim()), 0);
+      int64_t s = 1;
+      for (int64_t d = x.ndim() - 1; d >= 0; --d) {
+        if (contains(axes, d)) continue;
+        out_strides[static_cast<size_t>(d)] = s;
+        s *= x.shape()[d];
+      }
+      std::fill_n(acc, n_out, 0.0);
+      const T* px = reinterpret_cast<const T*>(x.raw_data());
+      auto loop = collapse_loop<2>(x.shape(), {out_strides, x.strides()});
+      const int64_t inner = loop.shape.empty() ? 1 : loop.shape.back();
+      run_loop_range(loop, 0, x.numel() / std::max<int64_t>(inner, 1), 0, inner,
+                     [&](int64_t n, std::array<int64_t, 2> off, std::array<int64_t, 2> st) {
+                       for (int64_t i = 0; i < n; ++i) {
+                         const int64_t k = off[0] + i * st[0];
+                         acc[k] += std::exp(static_cast<double>(px[off[1] + i * st[1]]) - m[k]);
+                       }
+                     });
+      T* po = reinterpret_cast<T*>(o.raw_data());
+      for (int64_t i = 0; i < n_out; ++i) po[i] = static_cast<T>(std::log(acc[i]) + m[i]);
+    });
+  }
+};
+
+// The sum over the axes the target shape has as 1 and g does not; where there are none, a copy,
+// or nothing when the planner wrote the output over g (in place).
+class SumToShapeKernel final : public KernelOf<SumToShape> {
+ public:
+  using KernelOf::KernelOf;
+  int64_t scratch_bytes(const std::vector<Shape>&, const std::vector<Shape>& out) const override {
+    return sum_scratch_bytes(output_dtype(0), shape_numel(out[0]));
+  }
+  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte> scratch) const override {
+    const Tensor& g = in[0];
+    const Tensor& o = out[0];
+    if (g.shape() == o.shape()) return copy_broadcast(o, g);
+    Dims axes;
+    for (int64_t d = 0; d < g.ndim(); ++d)
+      if (o.shape()[d] == 1 && g.shape()[d] != 1) axes.push_back(d);
+    reduce_into(ReduceKind::sum, g, o, axes, scratch);
+  }
+};
 
 }  // namespace
 
@@ -253,11 +350,6 @@ std::vector<Shape> Reduce::infer_shapes(const std::vector<Shape>& in, const std:
   return {out};
 }
 
-void Reduce::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
-  if (kind_ == ReduceKind::argmax) return argmax_into(in[0], out[0], axes_);
-  reduce_into(kind_, in[0], out[0], axes_);
-}
-
 Var expand_reduced(const Var& v, const std::vector<int64_t>& axes, int64_t ndim, const Loc& loc) {
   if (v.ndim() == ndim) return v;
   std::vector<int64_t> pattern;
@@ -313,33 +405,6 @@ std::vector<Shape> LogSumExp::infer_shapes(const std::vector<Shape>& in, const s
   return reduce_.infer_shapes(in, v);
 }
 
-void LogSumExp::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
-  const Tensor& x = in[0];
-  Shape kept = x.shape();
-  for (int64_t a : axes_) kept[a] = 1;
-  Tensor m = Tensor::empty(kept, x.dtype());
-  reduce_into(ReduceKind::max, x, m, axes_);
-  dispatch_float(x.dtype(), "logsumexp", [&](auto tag) {
-    using T = decltype(tag);
-    T* pm = m.data<T>();
-    for (int64_t i = 0; i < m.numel(); ++i)
-      if (!std::isfinite(pm[i])) pm[i] = 0;  // all -inf (or inf/nan) rows: let the sum say so
-    Tensor shifted = Tensor::empty(x.shape(), x.dtype());
-    Shape mstrides = contiguous_strides(kept);
-    for (int64_t d = 0; d < x.ndim(); ++d)
-      if (kept[d] == 1) mstrides[d] = 0;
-    auto loop = collapse_loop<3>(x.shape(), {shifted.strides(), x.strides(), mstrides}, {0, x.offset(), 0});
-    T* ps = shifted.data<T>();
-    const T* px = reinterpret_cast<const T*>(x.storage()->data());
-    run_loop(loop, [&](int64_t n, std::array<int64_t, 3> off, std::array<int64_t, 3> st) {
-      for (int64_t i = 0; i < n; ++i) ps[off[0] + i * st[0]] = std::exp(px[off[1] + i * st[1]] - pm[off[2] + i * st[2]]);
-    });
-    reduce_into(ReduceKind::sum, shifted, out[0], axes_);
-    T* po = out[0].data<T>();
-    for (int64_t i = 0; i < out[0].numel(); ++i) po[i] = std::log(po[i]) + pm[i];
-  });
-}
-
 std::vector<Var> LogSumExp::L_op(const Node& node, const std::vector<Var>& gouts) const {
   const Var& x = node.inputs[0];
   Var y = expand_reduced(const_cast<Node&>(node).output(0), axes_, x.ndim(), node.loc);
@@ -362,22 +427,14 @@ std::vector<Shape> SumToShape::infer_shapes(const std::vector<Shape>& in, const 
   return {target};
 }
 
-void SumToShape::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
-  const Tensor& g = in[0];
-  const Shape target = infer_shapes({g.shape(), in[1].shape()}, {&g, &in[1]})[0];
-  if (g.shape() == target) {
-    out[0] = g;
-    return;
-  }
-  std::vector<int64_t> axes;
-  for (int64_t d = 0; d < g.ndim(); ++d)
-    if (target[d] == 1 && g.shape()[d] != 1) axes.push_back(d);
-  out[0] = Tensor::empty(target, g.dtype());
-  reduce_into(ReduceKind::sum, g, out[0], axes);
-}
-
 std::vector<Var> SumToShape::L_op(const Node& node, const std::vector<Var>& gouts) const {
   return {fill_like(node.inputs[0], gouts[0], node.loc), Var()};
+}
+
+void add_reduce_kernels(KernelTable& table) {
+  table.add<Reduce, ReduceKernel>();
+  table.add<LogSumExp, LogSumExpKernel>();
+  table.add<SumToShape, SumToShapeKernel>();
 }
 
 Var sum_to_shape_of(const Var& g, const Var& like, const Loc& loc) {

@@ -1,4 +1,5 @@
 #pragma once
+#include "graph/executable.hpp"
 #include "graph/op.hpp"
 
 namespace kiln {
@@ -15,7 +16,6 @@ class Reduce final : public Op {
   std::string name() const override;
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
-  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
   bool may_fail_on_values() const override { return false; }
 
@@ -29,11 +29,12 @@ class Reduce final : public Op {
 class LogSumExp final : public Op {
  public:
   LogSumExp(std::vector<int64_t> axes, bool keepdims) : reduce_(ReduceKind::sum, axes, keepdims), axes_(std::move(axes)), keepdims_(keepdims) {}
+  const std::vector<int64_t>& axes() const { return axes_; }
+  bool keepdims() const { return keepdims_; }
   void params(OpParams& out) const override { out << axes_ << keepdims_; }
   std::string name() const override;
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
-  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
   bool may_fail_on_values() const override { return false; }
 
@@ -44,8 +45,9 @@ class LogSumExp final : public Op {
 };
 
 // sum_to_shape(g, shape): sums g over the axes where `shape` (a 1-D i64 value) has size 1, so that
-// the result has that shape: the gradient of broadcasting. A view of g when nothing was broadcast.
-// It takes a shape, not the value whose shape it is, so that value need not be kept for it.
+// the result has that shape: the gradient of broadcasting. Where nothing was broadcast the planner
+// writes it over g (in place), so it costs nothing. It takes a shape, not the value whose shape it
+// is, so that value need not be kept for it.
 class SumToShape final : public Op {
  public:
   explicit SumToShape(std::vector<bool> broadcastable) : broadcastable_(std::move(broadcastable)) {}
@@ -58,9 +60,8 @@ class SumToShape final : public Op {
   std::vector<int> needs_input_values() const override { return {1}; }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
-  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
-  std::vector<std::pair<int, int>> view_map() const override { return {{0, 0}}; }
+  std::vector<std::pair<int, int>> inplace_options() const override { return {{0, 0}}; }
   bool may_fail_on_values() const override { return false; }
 
  private:
@@ -71,5 +72,7 @@ Var sum_to_shape_of(const Var& g, const Var& like, const Loc& loc);
 // Inserts broadcastable axes where a reduction without keepdims removed them.
 Var expand_reduced(const Var& v, const std::vector<int64_t>& axes, int64_t ndim, const Loc& loc);
 std::vector<int64_t> normalize_axes(const std::vector<int64_t>& axes, int64_t ndim, const std::string& op);
+
+void add_reduce_kernels(KernelTable& table);
 
 }  // namespace kiln

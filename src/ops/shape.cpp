@@ -4,6 +4,7 @@
 
 #include "kiln/ops.hpp"
 #include "ops/join.hpp"
+#include "tensor/copy.hpp"
 
 namespace kiln {
 
@@ -38,20 +39,6 @@ std::vector<Shape> DimShuffle::infer_shapes(const std::vector<Shape>& in, const 
   Shape out;
   for (int64_t p : pattern_) out.push_back(p < 0 ? 1 : in[0][p]);
   return {out};
-}
-
-void DimShuffle::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
-  const Tensor& x = in[0];
-  for (int64_t d = 0; d < x.ndim(); ++d)
-    if (std::find(pattern_.begin(), pattern_.end(), d) == pattern_.end() && x.shape()[d] != 1)
-      throw ShapeError(name() + ": dropped axis " + std::to_string(d) + " has size " + std::to_string(x.shape()[d]) +
-                       " in " + x.str() + "; only size-1 axes can be dropped");
-  Shape shape, strides;
-  for (int64_t p : pattern_) {
-    shape.push_back(p < 0 ? 1 : x.shape()[p]);
-    strides.push_back(p < 0 ? 0 : x.strides()[p]);
-  }
-  out[0] = x.view(shape, strides, x.offset());
 }
 
 std::vector<Var> DimShuffle::L_op(const Node& node, const std::vector<Var>& gouts) const {
@@ -101,28 +88,34 @@ std::vector<Type> Reshape::infer_types(const std::vector<Type>& in) const {
 }
 
 std::vector<Shape> Reshape::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>& values) const {
-  const Shape& xs = in[0];
-  const int64_t n = shape_numel(xs);
-  Shape out;
+  if (in.size() == 2 && !values.at(1)) throw ShapeError("reshape: the target shape is only known at run time");
+  const Dims out = resolve(in[0], in.size() == 2 ? values[1] : nullptr);
+  return {Shape(out.begin(), out.end())};
+}
+
+Dims Reshape::resolve(std::span<const int64_t> xs, const Tensor* target_value) const {
+  const int64_t n = shape_numel(Shape(xs.begin(), xs.end()));
+  Dims out;
   if (flatten_to_ > 0) {
     for (int64_t d = 0; d + 1 < flatten_to_; ++d) out.push_back(xs[d]);
     int64_t rest = 1;
     for (int64_t d = flatten_to_ - 1; d < static_cast<int64_t>(xs.size()); ++d) rest *= xs[d];
     out.push_back(rest);
-    return {out};
+    return out;
   }
-  if (in.size() == 2) {
-    if (!values.at(1)) throw ShapeError("reshape: the target shape is only known at run time");
-    out = values[1]->to_vector<int64_t>();
-    if (static_cast<int64_t>(out.size()) != ndim_)
-      throw ShapeError(name() + ": the shape value " + shape_str(out) + " has " + std::to_string(out.size()) +
+  if (target_value) {
+    const Tensor& t = *target_value;
+    const int64_t count = t.numel();
+    if (count != ndim_)
+      throw ShapeError(name() + ": the shape value " + shape_str(t.to_vector<int64_t>()) + " has " + std::to_string(count) +
                        " entries, expected " + std::to_string(ndim_));
+    for (int64_t i = 0; i < count; ++i) out.push_back(static_cast<int64_t>(t.item_as_double(i)));
   } else {
-    out = target_;
+    out.assign(target_.begin(), target_.end());
   }
   auto refuse = [&](const std::string& why) {
-    throw ShapeError(name() + ": cannot reshape " + shape_str(xs) + " (" + std::to_string(n) + " elements) to " +
-                     shape_str(out) + why);
+    throw ShapeError(name() + ": cannot reshape " + shape_str(Shape(xs.begin(), xs.end())) + " (" + std::to_string(n) +
+                     " elements) to " + shape_str(Shape(out.begin(), out.end())) + why);
   };
   int64_t known = 1, unknown = -1;
   for (size_t d = 0; d < out.size(); ++d) {
@@ -134,18 +127,10 @@ std::vector<Shape> Reshape::infer_shapes(const std::vector<Shape>& in, const std
     if (known == 0 || n % known != 0) refuse("");
     out[unknown] = n / known;
   }
-  if (shape_numel(out) != n) refuse("");
-  return {out};
-}
-
-void Reshape::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
-  std::vector<const Tensor*> values;
-  std::vector<Shape> shapes;
-  for (const Tensor& t : in) {
-    values.push_back(&t);
-    shapes.push_back(t.shape());
-  }
-  out[0] = in[0].reshape(infer_shapes(shapes, values)[0]);
+  int64_t total = 1;
+  for (int64_t d : out) total *= d;
+  if (total != n) refuse("");
+  return out;
 }
 
 std::vector<Var> Reshape::L_op(const Node& node, const std::vector<Var>& gouts) const {
@@ -161,20 +146,88 @@ std::vector<Shape> ShapeOf::infer_shapes(const std::vector<Shape>& in, const std
   return {Shape{static_cast<int64_t>(in[0].size())}};
 }
 
-void ShapeOf::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
-  int64_t* p = out[0].data<int64_t>();
-  for (int64_t d = 0; d < in[0].ndim(); ++d) p[d] = in[0].shape()[d];
-}
+namespace {
 
-void InferredShape::perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const {
-  std::vector<Shape> shapes;
-  std::vector<const Tensor*> values;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    shapes.push_back(value_inputs_[i] ? inputs[i].shape() : inputs[i].to_vector<int64_t>());
-    values.push_back(value_inputs_[i] ? &inputs[i] : nullptr);
+class DimShuffleKernel final : public KernelOf<DimShuffle> {
+ public:
+  using KernelOf::KernelOf;
+  ViewLayout view_layout(size_t, const std::vector<Shape>&, const std::vector<bool>& contiguous) const override {
+    const auto& pattern = op().pattern();
+    int64_t last = -1;
+    for (int64_t p : pattern) {
+      if (p < 0) continue;
+      if (p < last) return {false, false};
+      last = p;
+    }
+    return {false, contiguous[0]};
   }
-  const Shape shape = op_->infer_shapes(shapes, values).at(index_);
-  std::copy(shape.begin(), shape.end(), outputs[0].data<int64_t>());
+  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+    const Tensor& x = in[0];
+    const auto& pattern = op().pattern();
+    for (int64_t d = 0; d < x.ndim(); ++d)
+      if (std::find(pattern.begin(), pattern.end(), d) == pattern.end() && x.shape()[d] != 1)
+        throw ShapeError(op().name() + ": dropped axis " + std::to_string(d) + " has size " + std::to_string(x.shape()[d]) +
+                         " in " + x.str() + "; only size-1 axes can be dropped");
+    Dims shape, strides;
+    for (int64_t p : pattern) {
+      shape.push_back(p < 0 ? 1 : x.shape()[p]);
+      strides.push_back(p < 0 ? 0 : x.strides()[p]);
+    }
+    set_view(out[0], x, shape, strides, x.offset());
+  }
+};
+
+// A view of a contiguous input; an input it cannot view is copied into the output's own buffer,
+// which the planner gives it for such inputs (view_layout).
+class ReshapeKernel final : public KernelOf<Reshape> {
+ public:
+  using KernelOf::KernelOf;
+  ViewLayout view_layout(size_t, const std::vector<Shape>&, const std::vector<bool>& contiguous) const override {
+    return {!contiguous[0], true};
+  }
+  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+    const Tensor& x = in[0];
+    const Dims shape = op().resolve(x.shape(), in.size() == 2 ? &in[1] : nullptr);
+    if (x.is_contiguous()) return set_view(out[0], x, shape, contiguous_dims(shape), x.offset());
+    Tensor& o = out[0];
+    if (!o.defined() || o.is_disposed() || o.same_storage(x) || !std::ranges::equal(o.shape(), shape))
+      o = Tensor::empty(Shape(shape.begin(), shape.end()), x.dtype());
+    copy_to_contiguous(o.raw_data(), x);
+  }
+};
+
+class ShapeOfKernel final : public KernelOf<ShapeOf> {
+ public:
+  using KernelOf::KernelOf;
+  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+    int64_t* p = out[0].data<int64_t>();
+    for (int64_t d = 0; d < in[0].ndim(); ++d) p[d] = in[0].shape()[d];
+  }
+};
+
+class InferredShapeKernel final : public KernelOf<InferredShape> {
+ public:
+  using KernelOf::KernelOf;
+  void run(std::span<const Tensor> inputs, std::span<Tensor> outputs, std::span<std::byte>) const override {
+    const InferredShape& inferred = op();
+    std::vector<Shape> shapes;
+    std::vector<const Tensor*> values;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      shapes.push_back(inferred.value_input(i) ? inputs[i].shape() : inputs[i].to_vector<int64_t>());
+      values.push_back(inferred.value_input(i) ? &inputs[i] : nullptr);
+    }
+    const Shape shape = inferred.op().infer_shapes(shapes, values).at(inferred.index());
+    std::copy(shape.begin(), shape.end(), outputs[0].data<int64_t>());
+  }
+};
+
+}  // namespace
+
+void add_shape_kernels(KernelTable& table) {
+  table.add<DimShuffle, DimShuffleKernel>();
+  table.add<Reshape, ReshapeKernel>();
+  table.add<ShapeOf, ShapeOfKernel>();
+  table.add<InferredShape, InferredShapeKernel>();
 }
 
 Var pad_left(const Var& v, int64_t ndim, const Loc& loc) {

@@ -1,5 +1,7 @@
 #pragma once
+#include "graph/executable.hpp"
 #include "graph/op.hpp"
+#include "tensor/small_vector.hpp"
 
 namespace kiln {
 
@@ -12,7 +14,6 @@ class DimShuffle final : public Op {
   std::string name() const override;
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
-  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
   std::vector<std::pair<int, int>> view_map() const override { return {{0, 0}}; }
   bool may_fail_on_values() const override { return false; }
@@ -32,7 +33,8 @@ class Reshape final : public Op {
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
   std::vector<int> needs_input_values() const override { return {1}; }
-  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
+  // The output's shape for an input of shape x (and the target's value, for the two-input form).
+  Dims resolve(std::span<const int64_t> x, const Tensor* target_value) const;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
   std::vector<std::pair<int, int>> view_map() const override { return {{0, 0}}; }
   bool may_fail_on_values() const override { return false; }
@@ -49,7 +51,6 @@ class ShapeOf final : public Op {
   std::string name() const override { return "shape"; }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
-  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node&, const std::vector<Var>&) const override { return {Var()}; }
   bool may_fail_on_values() const override { return false; }
 };
@@ -68,11 +69,13 @@ class InferredShape final : public Op {
   std::vector<Shape> infer_shapes(const std::vector<Shape>&, const std::vector<const Tensor*>&) const override {
     return {Shape{ndim_}};
   }
-  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>&) const override {
     return std::vector<Var>(node.inputs.size());
   }
   bool may_fail_on_values() const override { return false; }
+  const Op& op() const { return *op_; }
+  int index() const { return index_; }
+  bool value_input(size_t i) const { return value_inputs_[i]; }
 
  private:
   std::shared_ptr<const Op> op_;
@@ -84,5 +87,7 @@ class InferredShape final : public Op {
 // v with broadcastable axes inserted on the left up to ndim (NumPy's alignment of lower-rank
 // operands); a constant is reshaped directly instead of growing the graph.
 Var pad_left(const Var& v, int64_t ndim, const Loc& loc);
+
+void add_shape_kernels(KernelTable& table);
 
 }  // namespace kiln

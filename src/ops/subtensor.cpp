@@ -7,6 +7,7 @@
 #include "ops/elemwise.hpp"
 #include "ops/reduce.hpp"
 #include "ops/shape.hpp"
+#include "tensor/copy.hpp"
 #include "tensor/dispatch.hpp"
 #include "tensor/nd_loop.hpp"
 
@@ -60,8 +61,11 @@ Resolved resolve(const IndexEntry& e, int64_t n, const std::string& op, const Sh
   return {start, step, std::max<int64_t>(length, 0)};
 }
 
-Tensor region_of(const Tensor& x, const std::vector<IndexEntry>& entries, const std::string& op) {
-  Shape shape, strides;
+// x[entries]'s shape and strides; returns its offset.
+int64_t region_geometry(const Tensor& x, const std::vector<IndexEntry>& entries, const std::string& op, Dims& shape,
+                        Dims& strides) {
+  shape.clear();
+  strides.clear();
   int64_t offset = x.offset();
   for (int64_t d = 0; d < x.ndim(); ++d) {
     if (d >= static_cast<int64_t>(entries.size())) {
@@ -76,7 +80,7 @@ Tensor region_of(const Tensor& x, const std::vector<IndexEntry>& entries, const 
       strides.push_back(x.strides()[d] * r.step);
     }
   }
-  return x.view(shape, strides, offset);
+  return offset;
 }
 
 Shape region_shape(const Shape& x, const std::vector<IndexEntry>& entries, const std::string& op) {
@@ -153,9 +157,6 @@ std::vector<Shape> Subtensor::infer_shapes(const std::vector<Shape>& in, const s
   return {region_shape(in[0], entries_, name())};
 }
 
-void Subtensor::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
-  out[0] = region_of(in[0], entries_, name());
-}
 
 std::vector<Var> Subtensor::L_op(const Node& node, const std::vector<Var>& gouts) const {
   const Var& x = node.inputs[0];
@@ -180,13 +181,6 @@ std::vector<Shape> IncSubtensor::infer_shapes(const std::vector<Shape>& in, cons
   return {in[0]};
 }
 
-void IncSubtensor::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
-  out[0].copy_from(in[0]);
-  Tensor region = region_of(out[0], entries_, name());
-  Tensor value = broadcast_to(in[1], region.shape(), name());
-  if (set_) region.copy_from(value);
-  else add_into(region, value);
-}
 
 std::vector<Var> IncSubtensor::L_op(const Node& node, const std::vector<Var>& gouts) const {
   const Loc loc = node.loc;
@@ -221,47 +215,7 @@ std::vector<Shape> Take::infer_shapes(const std::vector<Shape>& in, const std::v
   return {out};
 }
 
-namespace {
 
-// Calls block(outer, j, row) for every (outer position, index position): row is the checked index.
-template <class F>
-void for_each_take_row(const Tensor& x, const Tensor& indices, int64_t axis, const std::string& op, F block) {
-  const std::vector<int64_t> idx = indices.to_vector<int64_t>();
-  const int64_t n = x.shape()[axis];
-  int64_t outer = 1;
-  for (int64_t d = 0; d < axis; ++d) outer *= x.shape()[d];
-  std::vector<int64_t> rows(idx.size());
-  for (size_t j = 0; j < idx.size(); ++j) {
-    int64_t r = idx[j] < 0 ? idx[j] + n : idx[j];
-    if (r < 0 || r >= n)
-      throw ShapeError(op + ": index " + std::to_string(idx[j]) + " is out of bounds for axis " + std::to_string(axis) +
-                       " with size " + std::to_string(n) + " (input " + x.str() + ")");
-    rows[j] = r;
-  }
-  for (int64_t o = 0; o < outer; ++o)
-    for (size_t j = 0; j < rows.size(); ++j) block(o, static_cast<int64_t>(j), rows[j]);
-}
-
-int64_t inner_size(const Tensor& x, int64_t axis) {
-  int64_t inner = 1;
-  for (int64_t d = axis + 1; d < x.ndim(); ++d) inner *= x.shape()[d];
-  return inner;
-}
-
-}  // namespace
-
-void Take::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
-  Tensor x = in[0].contiguous();
-  const int64_t inner = inner_size(x, axis_);
-  const int64_t n = x.shape()[axis_];
-  const int64_t k = in[1].numel();
-  const size_t es = dtype_size(x.dtype());
-  const std::byte* px = x.raw_data();
-  std::byte* po = out[0].raw_data();
-  for_each_take_row(x, in[1], axis_, name(), [&](int64_t o, int64_t j, int64_t row) {
-    std::memcpy(po + ((o * k + j) * inner) * es, px + ((o * n + row) * inner) * es, inner * es);
-  });
-}
 
 std::vector<Var> Take::L_op(const Node& node, const std::vector<Var>& gouts) const {
   const Var& x = node.inputs[0];
@@ -281,27 +235,6 @@ std::vector<Shape> TakeInc::infer_shapes(const std::vector<Shape>& in, const std
   return {in[0]};
 }
 
-void TakeInc::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
-  Tensor& o = out[0];
-  o.copy_from(in[0]);
-  Shape region = Take(axis_).infer_shapes({in[0].shape(), in[2].shape()}, {})[0];
-  Tensor y = broadcast_to(in[1], region, name()).contiguous();
-  const int64_t inner = inner_size(o, axis_);
-  const int64_t n = o.shape()[axis_];
-  const int64_t k = in[2].numel();
-  dispatch_dtype(o.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    T* po = reinterpret_cast<T*>(o.raw_data());
-    const T* py = reinterpret_cast<const T*>(y.raw_data());
-    for_each_take_row(o, in[2], axis_, name(), [&](int64_t oi, int64_t j, int64_t row) {
-      T* dst = po + (oi * n + row) * inner;
-      const T* src = py + (oi * k + j) * inner;
-      if (set_) std::copy_n(src, inner, dst);
-      else if constexpr (std::is_same_v<T, bool>) throw TypeError(name() + ": cannot increment b8 values");
-      else for (int64_t i = 0; i < inner; ++i) dst[i] += src[i];
-    });
-  });
-}
 
 std::vector<Var> TakeInc::L_op(const Node& node, const std::vector<Var>& gouts) const {
   const Loc loc = node.loc;
@@ -334,18 +267,134 @@ std::vector<Shape> LastOccurrence::infer_shapes(const std::vector<Shape>& in, co
   return {in[0]};
 }
 
-void LastOccurrence::perform(const std::vector<Tensor>& in, std::vector<Tensor>& out) const {
-  const int64_t n = in[1].shape()[axis_];
-  std::vector<int64_t> idx = in[0].to_vector<int64_t>();
-  std::vector<double> last(idx.size(), 0.0);
-  std::vector<bool> seen(n, false);
-  for (size_t j = idx.size(); j-- > 0;) {
-    const int64_t row = idx[j] < 0 ? idx[j] + n : idx[j];
-    if (row < 0 || row >= n) throw ShapeError(name() + ": index " + std::to_string(idx[j]) + " is out of bounds");
-    last[j] = seen[row] ? 0.0 : 1.0;
-    seen[row] = true;
+
+namespace {
+
+class SubtensorKernel final : public KernelOf<Subtensor> {
+ public:
+  using KernelOf::KernelOf;
+  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+    Dims shape, strides;
+    const int64_t offset = region_geometry(in[0], op().entries(), op().name(), shape, strides);
+    set_view(out[0], in[0], shape, strides, offset);
   }
-  out[0].copy_from(Tensor::from(last, in[0].shape()));
+};
+
+class IncSubtensorKernel final : public KernelOf<IncSubtensor> {
+ public:
+  using KernelOf::KernelOf;
+  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+    copy_broadcast(out[0], in[0]);
+    Dims shape, strides;
+    const int64_t offset = region_geometry(out[0], op().entries(), op().name(), shape, strides);
+    Tensor region = out[0].view(Shape(shape.begin(), shape.end()), Shape(strides.begin(), strides.end()), offset);
+    const Tensor value = broadcast_to(in[1], region.shape(), op().name());
+    if (op().set()) copy_broadcast(region, value);
+    else add_into(region, value);
+  }
+};
+
+// Calls block(outer, j, row) for every (outer position, index position): row is the checked index.
+template <class F>
+void for_each_take_row(const Tensor& x, const Tensor& indices, int64_t axis, const std::string& op, F block) {
+  const int64_t n = x.shape()[axis];
+  int64_t outer = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= x.shape()[d];
+  const int64_t count = indices.numel();
+  auto row_of = [&](int64_t j) {
+    const int64_t i = indices.dtype() == DType::i64 && indices.is_contiguous()
+                          ? indices.data<int64_t>()[j]
+                          : static_cast<int64_t>(indices.item_as_double(j));
+    const int64_t r = i < 0 ? i + n : i;
+    if (r < 0 || r >= n)
+      throw ShapeError(op + ": index " + std::to_string(i) + " is out of bounds for axis " + std::to_string(axis) +
+                       " with size " + std::to_string(n) + " (input " + x.str() + ")");
+    return r;
+  };
+  for (int64_t j = 0; j < count; ++j) row_of(j);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < count; ++j) block(o, j, row_of(j));
+}
+
+int64_t inner_size(const Tensor& x, int64_t axis) {
+  int64_t inner = 1;
+  for (int64_t d = axis + 1; d < x.ndim(); ++d) inner *= x.shape()[d];
+  return inner;
+}
+
+class TakeKernel final : public KernelOf<Take> {
+ public:
+  using KernelOf::KernelOf;
+  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+    const int64_t axis = op().axis();
+    Tensor x = in[0].contiguous();
+    const int64_t inner = inner_size(x, axis);
+    const int64_t n = x.shape()[axis];
+    const int64_t k = in[1].numel();
+    const size_t es = dtype_size(x.dtype());
+    const std::byte* px = x.raw_data();
+    std::byte* po = out[0].raw_data();
+    for_each_take_row(x, in[1], axis, op().name(), [&](int64_t o, int64_t j, int64_t row) {
+      std::memcpy(po + ((o * k + j) * inner) * es, px + ((o * n + row) * inner) * es, inner * es);
+    });
+  }
+};
+
+class TakeIncKernel final : public KernelOf<TakeInc> {
+ public:
+  using KernelOf::KernelOf;
+  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+    const int64_t axis = op().axis();
+    const bool set = op().set();
+    const std::string name = op().name();
+    Tensor& o = out[0];
+    copy_broadcast(o, in[0]);
+    Shape region = Take(axis).infer_shapes({in[0].shape(), in[2].shape()}, {})[0];
+    Tensor y = broadcast_to(in[1], region, name).contiguous();
+    const int64_t inner = inner_size(o, axis);
+    const int64_t n = o.shape()[axis];
+    const int64_t k = in[2].numel();
+    dispatch_dtype(o.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      T* po = reinterpret_cast<T*>(o.raw_data());
+      const T* py = reinterpret_cast<const T*>(y.raw_data());
+      for_each_take_row(o, in[2], axis, name, [&](int64_t oi, int64_t j, int64_t row) {
+        T* dst = po + (oi * n + row) * inner;
+        const T* src = py + (oi * k + j) * inner;
+        if (set) std::copy_n(src, inner, dst);
+        else if constexpr (std::is_same_v<T, bool>) throw TypeError(name + ": cannot increment b8 values");
+        else for (int64_t i = 0; i < inner; ++i) dst[i] += src[i];
+      });
+    });
+  }
+};
+
+class LastOccurrenceKernel final : public KernelOf<LastOccurrence> {
+ public:
+  using KernelOf::KernelOf;
+  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+    const int64_t n = in[1].shape()[op().axis()];
+    std::vector<int64_t> idx = in[0].to_vector<int64_t>();
+    std::vector<double> last(idx.size(), 0.0);
+    std::vector<bool> seen(n, false);
+    for (size_t j = idx.size(); j-- > 0;) {
+      const int64_t row = idx[j] < 0 ? idx[j] + n : idx[j];
+      if (row < 0 || row >= n) throw ShapeError(op().name() + ": index " + std::to_string(idx[j]) + " is out of bounds");
+      last[j] = seen[row] ? 0.0 : 1.0;
+      seen[row] = true;
+    }
+    copy_broadcast(out[0], Tensor::from(last, in[0].shape()));
+  }
+};
+
+}  // namespace
+
+void add_subtensor_kernels(KernelTable& table) {
+  table.add<Subtensor, SubtensorKernel>();
+  table.add<IncSubtensor, IncSubtensorKernel>();
+  table.add<Take, TakeKernel>();
+  table.add<TakeInc, TakeIncKernel>();
+  table.add<LastOccurrence, LastOccurrenceKernel>();
 }
 
 Var slice(const Var& x, int64_t axis, std::optional<int64_t> start, std::optional<int64_t> stop, int64_t step, Loc loc) {

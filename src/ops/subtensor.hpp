@@ -1,6 +1,7 @@
 #pragma once
 #include <optional>
 
+#include "graph/executable.hpp"
 #include "graph/op.hpp"
 
 namespace kiln {
@@ -28,7 +29,6 @@ class Subtensor final : public Op {
   std::string name() const override;
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
-  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
   std::vector<std::pair<int, int>> view_map() const override { return {{0, 0}}; }
 
@@ -40,11 +40,12 @@ class Subtensor final : public Op {
 class IncSubtensor final : public Op {
  public:
   IncSubtensor(std::vector<IndexEntry> entries, bool set) : entries_(std::move(entries)), set_(set) {}
+  const std::vector<IndexEntry>& entries() const { return entries_; }
+  bool set() const { return set_; }
   void params(OpParams& out) const override { write_entries(out, entries_); out << set_; }
   std::string name() const override;
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
-  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
   std::vector<std::pair<int, int>> inplace_options() const override { return {{0, 0}}; }
 
@@ -62,7 +63,6 @@ class Take final : public Op {
   std::string name() const override { return "take{axis=" + std::to_string(axis_) + "}"; }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
-  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
 
  private:
@@ -74,11 +74,12 @@ class Take final : public Op {
 class TakeInc final : public Op {
  public:
   TakeInc(int64_t axis, bool set) : axis_(axis), set_(set) {}
+  int64_t axis() const { return axis_; }
+  bool set() const { return set_; }
   void params(OpParams& out) const override { out << axis_ << set_; }
   std::string name() const override { return std::string(set_ ? "set" : "inc") + "_take{axis=" + std::to_string(axis_) + "}"; }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
-  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
   std::vector<std::pair<int, int>> inplace_options() const override { return {{0, 0}}; }
 
@@ -92,15 +93,17 @@ class TakeInc final : public Op {
 class LastOccurrence final : public Op {
  public:
   explicit LastOccurrence(int64_t axis) : axis_(axis) {}
+  int64_t axis() const { return axis_; }
   void params(OpParams& out) const override { out << axis_; }
   std::string name() const override { return "last_occurrence{axis=" + std::to_string(axis_) + "}"; }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
-  void perform(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs) const override;
   std::vector<Var> L_op(const Node&, const std::vector<Var>&) const override { return {Var(), Var()}; }
 
  private:
   int64_t axis_;
 };
+
+void add_subtensor_kernels(KernelTable& table);
 
 }  // namespace kiln

@@ -1,4 +1,5 @@
 // constant folding: a node whose inputs are all constants is computed once, at compile time.
+#include "exec/run_node.hpp"
 #include "graph/op.hpp"
 #include "rewrite/catalogue.hpp"
 
@@ -29,17 +30,10 @@ std::vector<Var> fold(FunctionGraph&, Node& n) {
   }
   // A node that fails on its constants is left to the run: it may sit in a branch that never runs,
   // and where it does run, its error then names the call that ran it.
-  std::vector<Tensor> outputs(n.outputs.size());
+  std::vector<Tensor> outputs;
   try {
-    std::vector<Shape> out_shapes = n.op->infer_shapes(shapes, values);
-    if (!worth_folding(n, out_shapes)) return {};
-    auto views = n.op->view_map();
-    for (size_t o = 0; o < outputs.size(); ++o) {
-      bool is_view = false;
-      for (auto [out, in] : views) is_view |= out == static_cast<int>(o);
-      if (!is_view) outputs[o] = Tensor::empty(out_shapes[o], n.outputs[o]->type.dtype);
-    }
-    n.op->perform(inputs, outputs);
+    if (!worth_folding(n, n.op->infer_shapes(shapes, values))) return {};
+    outputs = evaluate_node(n, *cpu_backend().executable(n), inputs, cpu_backend());
   } catch (const Error&) {
     return {};
   }

@@ -3,25 +3,27 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 
 #include "kiln/tensor.hpp"
 #include "tensor/isa.hpp"
 #include "tensor/parallel.hpp"
+#include "tensor/small_vector.hpp"
 
 namespace kiln {
 
 // The one iteration mechanism of every strided kernel: K operands walked together over a shape.
 // Dimensions are collapsed first (size-1 dims dropped, adjacent dims merged where every operand's
 // strides allow), so contiguous and broadcast-scalar cases become one flat run that the compiler
-// vectorizes. Strides are in elements; a stride of 0 broadcasts.
+// vectorizes. Strides are in elements; a stride of 0 broadcasts. Nothing here allocates.
 template <size_t K> struct StridedLoop {
-  Shape shape;
-  std::array<Shape, K> strides;
+  Dims shape;
+  std::array<Dims, K> strides;
   std::array<int64_t, K> base{};
 };
 
 template <size_t K>
-StridedLoop<K> collapse_loop(const Shape& shape, const std::array<Shape, K>& strides,
+StridedLoop<K> collapse_loop(std::span<const int64_t> shape, const std::array<std::span<const int64_t>, K>& strides,
                              const std::array<int64_t, K>& base = {}) {
   StridedLoop<K> loop;
   loop.base = base;

@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "kiln/tensor.hpp"
+#include "tensor/copy.hpp"
 #include "tensor/dispatch.hpp"
 #include "tensor/nd_loop.hpp"
 
@@ -154,19 +155,26 @@ template <class T> std::vector<T> Tensor::to_vector() const {
   return std::vector<T>(p, p + c.numel());
 }
 
-void Tensor::copy_from(const Tensor& src) {
-  if (src.shape() != shape())
-    throw ShapeError("Tensor::copy_from: source " + src.str() + " and destination " + str() + " differ in shape");
-  if (dtype() == src.dtype() && is_contiguous() && src.is_contiguous()) {
-    if (raw_data() != src.raw_data()) std::memmove(raw_data(), src.raw_data(), nbytes());
+Dims broadcast_strides(const Tensor& t, std::span<const int64_t> out_shape) {
+  Dims strides(out_shape.size(), 0);
+  const size_t lead = out_shape.size() - static_cast<size_t>(t.ndim());
+  for (size_t d = 0; d < static_cast<size_t>(t.ndim()); ++d)
+    if (t.shape()[d] != 1) strides[lead + d] = t.strides()[d];
+  return strides;
+}
+
+void copy_broadcast(const Tensor& dst, const Tensor& src) {
+  if (dst.dtype() == src.dtype() && dst.shape() == src.shape() && dst.is_contiguous() && src.is_contiguous()) {
+    if (dst.raw_data() != src.raw_data()) std::memmove(dst.raw_data(), src.raw_data(), dst.nbytes());
     return;
   }
-  auto loop = collapse_loop<2>(shape(), {strides(), src.strides()});
-  dispatch_dtype(dtype(), [&](auto out_tag) {
+  const Dims src_strides = broadcast_strides(src, dst.shape());
+  auto loop = collapse_loop<2>(dst.shape(), {dst.strides(), src_strides});
+  dispatch_dtype(dst.dtype(), [&](auto out_tag) {
     using O = decltype(out_tag);
     dispatch_dtype(src.dtype(), [&](auto in_tag) {
       using I = decltype(in_tag);
-      O* out = reinterpret_cast<O*>(raw_data());
+      O* out = reinterpret_cast<O*>(dst.raw_data());
       const I* in = reinterpret_cast<const I*>(src.raw_data());
       run_loop(loop, [&](int64_t n, std::array<int64_t, 2> off, std::array<int64_t, 2> step) {
         O* o = out + off[0];
@@ -178,6 +186,35 @@ void Tensor::copy_from(const Tensor& src) {
       });
     });
   });
+}
+
+Dims contiguous_dims(std::span<const int64_t> shape) {
+  Dims strides(shape.size(), 1);
+  for (size_t d = shape.size(); d-- > 1;) strides[d - 1] = strides[d] * shape[d];
+  return strides;
+}
+
+void copy_to_contiguous(std::byte* dst, const Tensor& src) {
+  if (src.is_contiguous()) {
+    if (dst != src.raw_data()) std::memmove(dst, src.raw_data(), src.nbytes());
+    return;
+  }
+  const Dims dst_strides = contiguous_dims(src.shape());
+  auto loop = collapse_loop<2>(src.shape(), {dst_strides, src.strides()});
+  dispatch_dtype(src.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* out = reinterpret_cast<T*>(dst);
+    const T* in = reinterpret_cast<const T*>(src.raw_data());
+    run_loop(loop, [&](int64_t n, std::array<int64_t, 2> off, std::array<int64_t, 2> step) {
+      for (int64_t i = 0; i < n; ++i) out[off[0] + i * step[0]] = in[off[1] + i * step[1]];
+    });
+  });
+}
+
+void Tensor::copy_from(const Tensor& src) {
+  if (src.shape() != shape())
+    throw ShapeError("Tensor::copy_from: source " + src.str() + " and destination " + str() + " differ in shape");
+  copy_broadcast(*this, src);
 }
 
 Tensor Tensor::clone() const {

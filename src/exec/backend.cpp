@@ -1,0 +1,36 @@
+#include "exec/backend.hpp"
+
+#include "ops/blas.hpp"
+#include "ops/composite.hpp"
+#include "ops/elemwise.hpp"
+#include "ops/ifelse.hpp"
+#include "ops/join.hpp"
+#include "ops/nnet.hpp"
+#include "ops/reduce.hpp"
+#include "ops/shape.hpp"
+#include "ops/subtensor.hpp"
+
+namespace kiln {
+
+// Listed here, not registered by static constructors: the table is complete before the first
+// function compiles, whatever order the library's files were initialized in.
+CpuBackend::CpuBackend() {
+  add_elemwise_kernels(kernels_);
+  add_composite_kernels(kernels_);
+  add_reduce_kernels(kernels_);
+  add_blas_kernels(kernels_);
+  add_shape_kernels(kernels_);
+  add_subtensor_kernels(kernels_);
+  add_join_kernels(kernels_);
+  add_nnet_kernels(kernels_);
+  add_ifelse_kernels(kernels_);
+}
+
+std::shared_ptr<Storage> CpuBackend::allocate(size_t bytes) const { return Storage::allocate(bytes); }
+
+CpuBackend& cpu_backend() {
+  static CpuBackend backend;
+  return backend;
+}
+
+}  // namespace kiln

@@ -1,0 +1,56 @@
+#include "exec/run_node.hpp"
+
+#include <new>
+
+#include "graph/op.hpp"
+
+namespace kiln {
+
+std::string describe_values(std::span<const Tensor> values) {
+  std::string s;
+  for (size_t i = 0; i < values.size(); ++i) s += (i ? ", " : "") + (values[i].defined() ? values[i].str() : std::string("none"));
+  return s;
+}
+
+std::string node_context(const Node& node, std::span<const Tensor> inputs) {
+  return "\n  while running " + node.op->name() + " on " + describe_values(inputs) + ", " + node.origin();
+}
+
+void run_node(const Node& node, const Executable& executable, std::span<const Tensor> inputs, std::span<Tensor> outputs,
+              std::span<std::byte> scratch) {
+  try {
+    executable.run(inputs, outputs, scratch);
+  } catch (const Error& e) {
+    e.rethrow_with(std::string(e.what()) + node_context(node, inputs));
+  } catch (const std::bad_alloc&) {
+    throw MemoryError("out of memory while running " + node.op->name() + " on " + describe_values(inputs) + ", " +
+                      node.origin());
+  }
+}
+
+std::vector<Tensor> evaluate_node(const Node& node, const Executable& executable, std::span<const Tensor> inputs,
+                                  const Backend& backend) {
+  std::vector<Shape> shapes;
+  std::vector<const Tensor*> values;
+  for (const Tensor& t : inputs) {
+    shapes.push_back(t.shape());
+    values.push_back(&t);
+  }
+  const std::vector<Shape> out_shapes = node.op->infer_shapes(shapes, values);
+  std::vector<Tensor> outputs(node.outputs.size());
+  std::vector<bool> is_view(outputs.size(), false);
+  for (auto [out, in] : node.op->view_map()) is_view[static_cast<size_t>(out)] = true;
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    if (is_view[o]) continue;
+    const DType dtype = node.outputs[o]->type.dtype;
+    outputs[o] = Tensor::view_of(backend.allocate(static_cast<size_t>(shape_nbytes(out_shapes[o], dtype))), dtype,
+                                 out_shapes[o], contiguous_strides(out_shapes[o]), 0);
+  }
+  const int64_t scratch_bytes = executable.scratch_bytes(shapes, out_shapes);
+  const std::shared_ptr<Storage> scratch = scratch_bytes > 0 ? backend.allocate(static_cast<size_t>(scratch_bytes)) : nullptr;
+  run_node(node, executable, inputs, outputs,
+           scratch ? std::span<std::byte>(scratch->data(), scratch->nbytes()) : std::span<std::byte>());
+  return outputs;
+}
+
+}  // namespace kiln

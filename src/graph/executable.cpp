@@ -1,0 +1,35 @@
+#include "graph/executable.hpp"
+
+#include <algorithm>
+#include <mutex>
+
+#include "graph/op.hpp"
+
+namespace kiln {
+
+void set_view(Tensor& out, const Tensor& base, std::span<const int64_t> shape, std::span<const int64_t> strides,
+              int64_t offset) {
+  if (out.defined() && !out.is_disposed() && out.same_storage(base) && out.dtype() == base.dtype() &&
+      out.offset() == offset && std::ranges::equal(out.shape(), shape) && std::ranges::equal(out.strides(), strides))
+    return;
+  out = base.view(Shape(shape.begin(), shape.end()), Shape(strides.begin(), strides.end()), offset);
+}
+
+void KernelTable::set(std::type_index op_class, Make make) {
+  std::unique_lock lock(mutex_);
+  makers_[op_class] = std::move(make);
+}
+
+std::unique_ptr<Executable> KernelTable::make(const Node& node) const {
+  Make make;
+  {
+    std::shared_lock lock(mutex_);
+    auto it = makers_.find(std::type_index(typeid(*node.op)));
+    if (it == makers_.end())
+      throw Error(node.op->name() + " (" + node.origin() + ") has no kernel on this backend");
+    make = it->second;
+  }
+  return make(node);
+}
+
+}  // namespace kiln

@@ -1,0 +1,22 @@
+#pragma once
+#include <span>
+
+#include "kiln/tensor.hpp"
+#include "tensor/small_vector.hpp"
+
+namespace kiln {
+
+// The strides that read t as a value of out_shape by NumPy's broadcasting: t's axes aligned to the
+// right, its size-1 and missing axes read with stride 0.
+Dims broadcast_strides(const Tensor& t, std::span<const int64_t> out_shape);
+
+// Writes src, broadcast to dst's shape, into dst, converting the dtype. Allocates nothing.
+void copy_broadcast(const Tensor& dst, const Tensor& src);
+
+// The row-major strides of a contiguous value of this shape.
+Dims contiguous_dims(std::span<const int64_t> shape);
+
+// Writes src's elements in row-major order to dst, in src's dtype. Allocates nothing.
+void copy_to_contiguous(std::byte* dst, const Tensor& src);
+
+}  // namespace kiln
