@@ -5,6 +5,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <span>
 #include <vector>
 
 #include "kiln/graph.hpp"
@@ -115,6 +116,9 @@ class Function {
   std::vector<Tensor> operator()(const Ts&... inputs) const {
     return (*this)(std::vector<Tensor>{Tensor(inputs)...});
   }
+  // The same call writing the outputs into `outputs` (resized to their number): with
+  // keep_buffers and Out(borrow) outputs, a steady loop of calls allocates nothing.
+  void call(std::span<const Tensor> inputs, std::vector<Tensor>& outputs) const;
   // Skip the checks and conversions of inputs (the caller promises exact dtypes and shapes).
   Function& trust_input(bool trust);
   // n calls of a function without explicit inputs in one C++ loop; returns the last outputs.

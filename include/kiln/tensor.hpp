@@ -150,6 +150,7 @@ class Tensor {
   }
 
  private:
+  friend struct TensorHandles;  // kiln's run loop re-views its slots' handles in place
   struct Impl {
     std::shared_ptr<Storage> storage;
     DType dtype = DType::f32;

@@ -23,6 +23,19 @@
 
 namespace kiln {
 
+// What one thread's calls of a function reuse, so that a steady call allocates nothing: the
+// slots (with a kept arena, the values in it keep their tensors, views included, and the next
+// call finds them made), the run loop's vectors, the holds on shared variables, the arena.
+struct CallContext {
+  bool busy = false;  // a call on this thread is using it (a nested call makes its own)
+  std::vector<Tensor> slots;
+  std::vector<bool> lent;
+  std::vector<std::optional<SharedContainer::Hold>> holds;
+  std::vector<Tensor> old_shared, new_values;
+  RunBuffers run;
+  std::shared_ptr<Storage> arena;  // kept between calls (FunctionOptions::keep_buffers)
+};
+
 struct FunctionImpl {
   std::vector<In> inputs;
   std::vector<Out> outputs;
@@ -59,7 +72,7 @@ struct FunctionImpl {
   // thread calls again.
   mutable std::mutex plan_mutex;
   mutable std::map<std::pair<std::vector<Shape>, std::vector<bool>>, std::shared_ptr<const MemoryPlan>> plans;
-  mutable std::unordered_map<std::thread::id, std::shared_ptr<Storage>> kept_arenas;
+  mutable std::unordered_map<std::thread::id, std::unique_ptr<CallContext>> contexts;
   // The plan of the last call: a steady loop finds it again without building a key.
   mutable std::shared_ptr<const MemoryPlan> last_plan;
   mutable std::vector<bool> last_lent;
@@ -128,11 +141,25 @@ struct FunctionImpl {
     for (int u : update_of_shared) lent.push_back(u >= 0);
     return lent;
   }
+  // This thread's context, unless a call on this thread is already using it (then a fresh one).
+  CallContext* acquire_context(std::unique_ptr<CallContext>& fresh) const {
+    {
+      std::lock_guard lock(plan_mutex);
+      std::unique_ptr<CallContext>& mine = contexts[std::this_thread::get_id()];
+      if (!mine) mine = std::make_unique<CallContext>();
+      if (!mine->busy) {
+        mine->busy = true;
+        return mine.get();
+      }
+    }
+    fresh = std::make_unique<CallContext>();
+    fresh->busy = true;
+    return fresh.get();
+  }
   // This thread's kept arena when it is large enough and no input lies in it (a borrowed output
   // of the last call passed back in); else a new one, kept from now on.
-  std::shared_ptr<Storage> thread_arena(const MemoryPlan& plan, const std::vector<Tensor>& args) const {
-    std::lock_guard lock(plan_mutex);
-    std::shared_ptr<Storage>& arena = kept_arenas[std::this_thread::get_id()];
+  std::shared_ptr<Storage> thread_arena(CallContext& context, const MemoryPlan& plan, std::span<const Tensor> args) const {
+    std::shared_ptr<Storage>& arena = context.arena;
     // An argument lies in the arena when it views it, or wraps memory that overlaps it (another
     // kiln allocation never does); compared without building anything.
     auto inside = [&](const Tensor& a) {
@@ -449,6 +476,40 @@ const FunctionImpl& Function::impl() const {
 }
 
 std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const {
+  std::vector<Tensor> results;
+  call(args, results);
+  return results;
+}
+
+namespace {
+
+// Releases a call's context: its slots keep only values in a kept arena, its holds end.
+class ContextUse {
+ public:
+  ContextUse(CallContext& context, bool keeps_arena) : context_(context), keeps_arena_(keeps_arena) {}
+  ContextUse(const ContextUse&) = delete;
+  ContextUse& operator=(const ContextUse&) = delete;
+  void keep_arena_slots(const MemoryPlan* plan) { plan_ = plan; }
+  ~ContextUse() {
+    context_.run.parked.resize(context_.slots.size());
+    for (size_t s = 0; s < context_.slots.size(); ++s)
+      if (!(keeps_arena_ && plan_ && plan_->in_arena[s])) context_.run.release(context_.slots[s], s);
+    for (auto& hold : context_.holds) hold.reset();
+    for (Tensor& t : context_.old_shared) t = Tensor();
+    for (Tensor& t : context_.new_values) t = Tensor();
+    if (!keeps_arena_) context_.arena.reset();
+    context_.busy = false;
+  }
+
+ private:
+  CallContext& context_;
+  bool keeps_arena_;
+  const MemoryPlan* plan_ = nullptr;
+};
+
+}  // namespace
+
+void Function::call(std::span<const Tensor> args, std::vector<Tensor>& results) const {
   const FunctionImpl& f = impl();
   const Program& p = f.program();
   if (args.size() != f.inputs.size()) {
@@ -458,12 +519,17 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
                     std::to_string(args.size()));
   }
   const size_t n_in = args.size();
-  std::vector<Tensor> slots(p.n_slots);
+  std::unique_ptr<CallContext> nested;
+  CallContext& context = *f.acquire_context(nested);
+  ContextUse use(context, f.keep_buffers);
+  std::vector<Tensor>& slots = context.slots;
+  if (slots.size() != static_cast<size_t>(p.n_slots)) slots.assign(p.n_slots, Tensor());
   for (size_t i = 0; i < n_in; ++i) slots[p.input_slots[i]] = f.trust_input ? args[i] : check_input(f, i, args[i]);
   // Which buffers this call may overwrite (lent[i] for input i, lent[n_in + j] for shared slot j),
   // decided by the bytes they cover: a borrowed input is workspace only when it overlaps no other
   // input and no shared variable's buffer (before this call holds any: the registry loads them).
-  std::vector<bool> lent(n_in + p.shared_slots.size(), false);
+  std::vector<bool>& lent = context.lent;
+  lent.assign(n_in + p.shared_slots.size(), false);
   for (size_t i = 0; i < n_in; ++i) {
     if (!f.inputs[i].borrow) continue;
     const Tensor& value = slots[p.input_slots[i]];
@@ -476,8 +542,10 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
   // others loaded; all in one global order, the containers' addresses, so that calls holding
   // several never deadlock.
   const size_t n_shared = p.shared_slots.size();
-  std::vector<std::optional<SharedContainer::Hold>> holds(n_shared);
-  std::vector<Tensor> old_shared(n_shared);
+  std::vector<std::optional<SharedContainer::Hold>>& holds = context.holds;
+  if (holds.size() != n_shared) holds = std::vector<std::optional<SharedContainer::Hold>>(n_shared);
+  std::vector<Tensor>& old_shared = context.old_shared;
+  old_shared.resize(n_shared);
   for (size_t i : f.shared_order) {
     SharedContainer& container = *p.shared_slots[i].second;
     if (f.update_of_shared[i] >= 0) {
@@ -503,12 +571,16 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
     run_planned(p, unplanned(p), reference, nullptr, {.checks = &*f.op_checks});
   }
   const auto plan = f.plan_for_call(slots, old_shared, lent);
+  use.keep_arena_slots(plan.get());
   {  // the planned run; an arena that is not kept is released at the end of this block
-    std::shared_ptr<Storage> arena = f.keep_buffers ? f.thread_arena(*plan, args) : nullptr;
+    std::shared_ptr<Storage> arena = f.keep_buffers ? f.thread_arena(context, *plan, args) : nullptr;
     const Program& schedule = f.schedules[static_cast<size_t>(plan->schedule)];
+    const RunOptions options{.buffers = &context.run, .keeps_arena_slots = f.keep_buffers};
     if (f.profiling) {
       InstructionTimes call(schedule.code.size());
-      run_planned(schedule, *plan, slots, arena, {.times = &call});
+      RunOptions profiled = options;
+      profiled.times = &call;
+      run_planned(schedule, *plan, slots, arena, profiled);
       std::lock_guard lock(f.profile_mutex);
       InstructionTimes& total = f.times[static_cast<size_t>(plan->schedule)];
       for (size_t k = 0; k < schedule.code.size(); ++k) {
@@ -518,7 +590,7 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
       }
       ++f.profiled_calls;
     } else {
-      run_planned(schedule, *plan, slots, arena);
+      run_planned(schedule, *plan, slots, arena, options);
     }
   }
 
@@ -548,7 +620,8 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
   // Updates: computed from old values above; now assigned, none aliasing another shared buffer,
   // the caller's memory or a constant.
   const size_t n_out = f.outputs.size();
-  std::vector<Tensor> new_values;
+  std::vector<Tensor>& new_values = context.new_values;
+  new_values.clear();
   MemoryIndex assigned;
   for (size_t k = 0; k < f.updates.size(); ++k) {
     Tensor t = slots[p.result_slots[n_out + k]];
@@ -571,8 +644,7 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
     }
   }
 
-  std::vector<Tensor> results;
-  results.reserve(n_out);
+  results.resize(n_out);
   MemoryIndex returned;
   for (size_t j = 0; j < n_out; ++j) {
     Tensor t = slots[p.result_slots[j]];
@@ -580,10 +652,9 @@ std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const 
       const bool kiln_memory = kiln_values.overlaps(t) || shared_values.overlaps(t) || assigned.overlaps(t);
       if (kiln_memory || (!f.outputs[j].borrow && (caller_values.overlaps(t) || returned.overlaps(t)))) t = t.clone();
     }
-    results.push_back(t);
     if (!all_owned) returned.add(t);
+    results[j] = std::move(t);
   }
-  return results;
 }
 
 Function& Function::trust_input(bool trust) {

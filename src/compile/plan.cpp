@@ -320,6 +320,9 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
     if (buffer_of[s] >= 0 && buffers[buffer_of[s]].in_arena) plan.offset[s] = buffers[buffer_of[s]].offset;
   for (size_t k = 0; k < p.code.size(); ++k)
     if (scratch_buffer[k] >= 0) plan.scratch_offset[k] = buffers[scratch_buffer[k]].offset;
+  plan.in_arena.assign(n_slots, false);
+  for (int s = 0; s < n_slots; ++s)
+    if (const int b = buffer_of[root[s]]; b >= 0 && buffers[b].in_arena && !external[s]) plan.in_arena[s] = true;
   plan.uses_arena = !placed.empty();
   int64_t largest = -1;
   for (int s = 0; s < n_slots; ++s)
@@ -359,6 +362,7 @@ MemoryPlan unplanned(const Program& p) {
   plan.reuse_input.assign(p.n_slots, -1);
   plan.scratch_offset.assign(p.code.size(), -1);
   plan.scratch_bytes.assign(p.code.size(), 0);
+  plan.in_arena.assign(p.n_slots, false);
   return plan;
 }
 

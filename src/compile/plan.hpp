@@ -23,6 +23,9 @@ struct MemoryPlan {
   // kNoScratch when it needs none, -1 when only the run can tell (sized and allocated then).
   std::vector<int64_t> scratch_offset;
   std::vector<int64_t> scratch_bytes;
+  // Per slot: a value computed into the arena (or a view of one). Where the arena is kept between
+  // calls, such a slot keeps its tensor too, and the next call finds the view already made.
+  std::vector<bool> in_arena;
   std::vector<bool> result_owns_memory;     // per result: its memory is the call's own, shared with no other
   int64_t arena_bytes = 0;
   bool uses_arena = false;  // some value lives in the arena (perhaps every one of them empty)
@@ -72,8 +75,22 @@ struct OpChecks {
   bool nan_guard = false;
 };
 
+// The run loop's vectors, kept by the caller between calls so that a steady call allocates none.
+struct RunBuffers {
+  std::vector<Tensor> inputs, outputs, before;
+  // Per slot: the parked handle (tensor/handles.hpp) of a view released by an earlier run, which
+  // the view's executable re-views in place.
+  std::vector<Tensor> parked;
+  // Empties a slot: a handle nobody else shares is parked for reuse, any other dropped.
+  void release(Tensor& slot, size_t s);
+};
+
 struct RunOptions {
   InstructionTimes* times = nullptr;  // profiling
+  RunBuffers* buffers = nullptr;      // reused vectors (else the run makes its own)
+  // The arena is kept between calls: slots in it keep their tensors after the call
+  // (MemoryPlan::in_arena); every other slot is released as its last reader ends.
+  bool keeps_arena_slots = false;
   const OpChecks* checks = nullptr;   // Mode::debug()'s op checks
   // Mode::debug()'s rewrite checks: a node that fails does not raise; its outputs stay undefined
   // and the message is kept per slot here, and the nodes reading them are skipped (the message

@@ -12,6 +12,7 @@
 #include "exec/run_node.hpp"
 #include "graph/op.hpp"
 #include "ops/ifelse.hpp"
+#include "tensor/handles.hpp"
 
 namespace kiln {
 
@@ -202,8 +203,12 @@ Tensor output_buffer(const Instruction& ins, size_t o, const MemoryPlan& plan, c
   const DType dtype = ins.node->outputs[o]->type.dtype;
   if (plan.offset[s] >= 0) {
     const Shape& shape = *plan.shape[s];
-    return Tensor::view_of(arena, dtype, shape, contiguous_strides(shape),
-                           plan.offset[s] / static_cast<int64_t>(dtype_size(dtype)));
+    const int64_t offset = plan.offset[s] / static_cast<int64_t>(dtype_size(dtype));
+    // The tensor a kept slot holds from the last call, when it still is this view.
+    if (const Tensor& kept = slots[s]; kept.defined() && !kept.is_disposed() && kept.storage() == arena &&
+                                       kept.dtype() == dtype && kept.offset() == offset && kept.shape() == shape)
+      return kept;
+    return Tensor::view_of(arena, dtype, shape, contiguous_strides(shape), offset);
   }
   if (const int lent = plan.reuse_input[s]; lent >= 0 && slots[lent].is_contiguous() && slots[lent].dtype() == dtype)
     return slots[lent];
@@ -228,7 +233,7 @@ std::span<std::byte> scratch_of(const Instruction& ins, size_t k, const MemoryPl
   std::vector<Shape> in_shapes, out_shapes;
   for (const Tensor& t : inputs) in_shapes.push_back(t.defined() ? t.shape() : Shape{});
   for (size_t o = 0; o < outputs.size(); ++o) {
-    if (outputs[o].defined()) {
+    if (!ins.output_is_view[o]) {  // a view output still holds last call's view, or a parked handle
       out_shapes.push_back(outputs[o].shape());
       continue;
     }
@@ -243,6 +248,11 @@ std::span<std::byte> scratch_of(const Instruction& ins, size_t k, const MemoryPl
 }
 
 }  // namespace
+
+void RunBuffers::release(Tensor& slot, size_t s) {
+  if (slot.defined() && TensorHandles::park(slot)) parked[s] = std::move(slot);
+  slot = Tensor();
+}
 
 size_t next_instruction(const Program& program, size_t k, const std::vector<Tensor>& slots) {
   const Instruction& ins = program.code[k];
@@ -277,10 +287,16 @@ void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& 
   std::vector<std::string>* failures = options.failures;
   if (failures) failures->assign(p.n_slots, std::string());
   auto failed = [&](int s) { return failures && !(*failures)[s].empty(); };
-  std::vector<Tensor> inputs, outputs, before;
+  RunBuffers own_buffers;
+  RunBuffers& buffers = options.buffers ? *options.buffers : own_buffers;
+  std::vector<Tensor>&inputs = buffers.inputs, &outputs = buffers.outputs, &before = buffers.before;
   std::shared_ptr<Storage> unplanned_scratch;
   inputs.reserve(p.widest);
   outputs.reserve(p.widest);
+  buffers.parked.resize(slots.size());
+  auto release = [&](int s) {
+    if (!(options.keeps_arena_slots && plan.in_arena[s])) buffers.release(slots[s], static_cast<size_t>(s));
+  };
   for (size_t k = 0; k < p.code.size();) {
     const Instruction& ins = p.code[k];
     if (ins.kind != Instruction::Kind::run) {
@@ -294,7 +310,7 @@ void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& 
         const auto failed_input = std::find_if(ins.inputs.begin(), ins.inputs.end(), failed);
         if (failed_input != ins.inputs.end()) {
           for (int s : ins.outputs) (*failures)[s] = (*failures)[*failed_input];
-          for (int s : ins.release_after) slots[s] = Tensor();
+          for (int s : ins.release_after) release(s);
           ++k;
           continue;
         }
@@ -302,7 +318,11 @@ void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& 
       inputs.clear();
       for (int s : ins.inputs) inputs.push_back(slots[s]);
       try {
-        outputs.assign(ins.outputs.size(), Tensor());
+        outputs.resize(ins.outputs.size());
+        for (size_t o = 0; o < outputs.size(); ++o) {
+          const int s = ins.outputs[o];
+          outputs[o] = !ins.output_is_view[o] ? Tensor() : slots[s].defined() ? slots[s] : std::move(buffers.parked[s]);
+        }
         std::span<std::byte> scratch;
         try {
           for (size_t o = 0; o < outputs.size(); ++o)
@@ -330,9 +350,15 @@ void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& 
       }
       for (size_t o = 0; o < outputs.size(); ++o) slots[ins.outputs[o]] = std::move(outputs[o]);
     }
-    for (int s : ins.release_after) slots[s] = Tensor();
+    inputs.clear();  // its handles would keep release from parking what they name
+    for (int s : ins.release_after) release(s);
     ++k;
   }
+  // The vectors stay for the next call, the handles in them do not (one on a shared variable's
+  // buffer would keep the next call from overwriting it).
+  inputs.clear();
+  outputs.clear();
+  before.clear();
 }
 
 }  // namespace kiln

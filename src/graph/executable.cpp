@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "graph/op.hpp"
+#include "tensor/handles.hpp"
 
 namespace kiln {
 
@@ -12,7 +13,7 @@ void set_view(Tensor& out, const Tensor& base, std::span<const int64_t> shape, s
   if (out.defined() && !out.is_disposed() && out.same_storage(base) && out.dtype() == base.dtype() &&
       out.offset() == offset && std::ranges::equal(out.shape(), shape) && std::ranges::equal(out.strides(), strides))
     return;
-  out = base.view(Shape(shape.begin(), shape.end()), Shape(strides.begin(), strides.end()), offset);
+  TensorHandles::reseat(out, base.storage(), base.dtype(), shape, strides, offset);
 }
 
 void KernelTable::set(std::type_index op_class, Make make) {

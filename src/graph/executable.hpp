@@ -26,20 +26,6 @@ class Executable {
     return 0;
   }
 
-  // For an output the op declares a view: whether it needs a buffer of its own for inputs of these
-  // shapes, given which of them are known to be contiguous (reshape copies an input it cannot
-  // view; the planner then gives the output a buffer, which run() writes instead of setting a
-  // view), and whether the output is then contiguous. Unknown layouts are reported as not
-  // contiguous.
-  struct ViewLayout {
-    bool needs_buffer = false;
-    bool contiguous = false;
-  };
-  virtual ViewLayout view_layout(size_t output, const std::vector<Shape>& inputs, const std::vector<bool>& contiguous) const {
-    (void)output, (void)inputs, (void)contiguous;
-    return {};
-  }
-
   // Computes the outputs. Each output arrives allocated with its inferred shape, except those the
   // op declares as views (Op::view_map), which run() sets: an output that still holds the view it
   // set last time, of the same bytes, may be left as it is (set_view does that). No run allocates:

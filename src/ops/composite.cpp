@@ -134,9 +134,9 @@ void gather(const InputPlan& in, std::span<const int64_t> shape, int64_t start, 
   }
 }
 
-// The broadcast shape of values (shapes or tensors) into out.
+// The broadcast shape of values (shapes or tensors) into out; the error names the op.
 template <class Out, class Values, class ShapeOf>
-void broadcast_into(Out& out, const Values& in, ShapeOf shape_of, const std::string& op) {
+void broadcast_into(Out& out, const Values& in, ShapeOf shape_of, const Composite& op) {
   size_t nd = 0;
   for (const auto& v : in) nd = std::max(nd, shape_of(v).size());
   out.assign(nd, 1);
@@ -146,7 +146,7 @@ void broadcast_into(Out& out, const Values& in, ShapeOf shape_of, const std::str
       const size_t od = d + nd - s.size();
       if (s[d] == out[od] || s[d] == 1) continue;
       if (out[od] != 1)
-        throw ShapeError(op + ": input shapes cannot be broadcast together (dimension " + std::to_string(od) + " is " +
+        throw ShapeError(op.name() + ": input shapes cannot be broadcast together (dimension " + std::to_string(od) + " is " +
                          std::to_string(out[od]) + " vs " + std::to_string(s[d]) + ")");
       out[od] = s[d];
     }
@@ -187,7 +187,7 @@ std::vector<Type> Composite::infer_types(const std::vector<Type>& in) const {
 
 std::vector<Shape> Composite::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
   Shape full;
-  broadcast_into(full, in, [](const Shape& s) -> const Shape& { return s; }, name());
+  broadcast_into(full, in, [](const Shape& s) -> const Shape& { return s; }, *this);
   if (!reduction_) return {full};
   Shape out;
   for (int64_t d = 0; d < static_cast<int64_t>(full.size()); ++d) {
@@ -214,7 +214,7 @@ class CompositeKernel final : public KernelOf<Composite> {
   // a run of this size uses.
   int64_t scratch_bytes(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override {
     Dims shape;
-    broadcast_into(shape, inputs, [](const Shape& s) -> const Shape& { return s; }, op().name());
+    broadcast_into(shape, inputs, [](const Shape& s) -> const Shape& { return s; }, op());
     int64_t total = 1;
     for (int64_t d : shape) total *= d;
     const int threads = total >= kParallelElements ? std::max(omp_get_max_threads(), 1) : 1;
@@ -250,7 +250,7 @@ void CompositeKernel::run(std::span<const Tensor> in, std::span<Tensor> out, std
   const auto& reduction = composite.reduction();
   const int n_inputs = static_cast<int>(in.size());
   Dims shape;
-  broadcast_into(shape, in, [](const Tensor& t) -> const Shape& { return t.shape(); }, composite.name());
+  broadcast_into(shape, in, [](const Tensor& t) -> const Shape& { return t.shape(); }, composite);
   const int64_t nd = static_cast<int64_t>(shape.size());
   int64_t total = 1;
   for (int64_t d : shape) total *= d;

@@ -190,10 +190,10 @@ namespace {
 // `classes` classes.
 class CheckedLabels {
  public:
-  CheckedLabels(const Tensor& labels, int64_t classes, const std::string& op) : labels_(labels) {
+  CheckedLabels(const Tensor& labels, int64_t classes, const char* op) : labels_(labels) {
     for (int64_t i = 0; i < size(); ++i)
       if (const int64_t l = (*this)[i]; l < 0 || l >= classes)
-        throw ShapeError(op + ": label " + std::to_string(l) + " of row " + std::to_string(i) + " is not a class in [0, " +
+        throw ShapeError(std::string(op) + ": label " + std::to_string(l) + " of row " + std::to_string(i) + " is not a class in [0, " +
                          std::to_string(classes) + ")");
   }
   int64_t size() const { return labels_.shape()[0]; }

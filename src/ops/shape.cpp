@@ -151,16 +151,6 @@ namespace {
 class DimShuffleKernel final : public KernelOf<DimShuffle> {
  public:
   using KernelOf::KernelOf;
-  ViewLayout view_layout(size_t, const std::vector<Shape>&, const std::vector<bool>& contiguous) const override {
-    const auto& pattern = op().pattern();
-    int64_t last = -1;
-    for (int64_t p : pattern) {
-      if (p < 0) continue;
-      if (p < last) return {false, false};
-      last = p;
-    }
-    return {false, contiguous[0]};
-  }
   void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
     const Tensor& x = in[0];
     const auto& pattern = op().pattern();
@@ -177,21 +167,17 @@ class DimShuffleKernel final : public KernelOf<DimShuffle> {
   }
 };
 
-// A view of a contiguous input; an input it cannot view is copied into the output's own buffer,
-// which the planner gives it for such inputs (view_layout).
+// A view of a contiguous input; an input it cannot view is copied into a buffer of the output's
+// own, allocated as it runs.
 class ReshapeKernel final : public KernelOf<Reshape> {
  public:
   using KernelOf::KernelOf;
-  ViewLayout view_layout(size_t, const std::vector<Shape>&, const std::vector<bool>& contiguous) const override {
-    return {!contiguous[0], true};
-  }
   void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
     const Tensor& x = in[0];
     const Dims shape = op().resolve(x.shape(), in.size() == 2 ? &in[1] : nullptr);
     if (x.is_contiguous()) return set_view(out[0], x, shape, contiguous_dims(shape), x.offset());
     Tensor& o = out[0];
-    if (!o.defined() || o.is_disposed() || o.same_storage(x) || !std::ranges::equal(o.shape(), shape))
-      o = Tensor::empty(Shape(shape.begin(), shape.end()), x.dtype());
+    o = Tensor::empty(Shape(shape.begin(), shape.end()), x.dtype());
     copy_to_contiguous(o.raw_data(), x);
   }
 };

@@ -4,6 +4,7 @@
 
 #include "kiln/tensor.hpp"
 #include "tensor/copy.hpp"
+#include "tensor/handles.hpp"
 #include "tensor/dispatch.hpp"
 #include "tensor/nd_loop.hpp"
 
@@ -299,6 +300,29 @@ bool Tensor::shares_memory(const Tensor& other) const {
 Tensor Tensor::alias() const {
   const Impl& m = impl();
   return view_of(m.storage, m.dtype, m.shape, m.strides, m.offset);
+}
+
+void TensorHandles::reseat(Tensor& t, const std::shared_ptr<Storage>& storage, DType dtype, std::span<const int64_t> shape,
+                           std::span<const int64_t> strides, int64_t offset) {
+  if (!t.impl_ || t.impl_.use_count() != 1) {
+    t = Tensor::view_of(storage, dtype, Shape(shape.begin(), shape.end()), Shape(strides.begin(), strides.end()), offset);
+    return;
+  }
+  Tensor::Impl& impl = *t.impl_;
+  impl.shape.assign(shape.begin(), shape.end());
+  impl.strides.assign(strides.begin(), strides.end());
+  check_view(storage.get(), dtype, impl.shape, impl.strides, offset);
+  impl.storage = storage;
+  impl.dtype = dtype;
+  impl.offset = offset;
+  impl.disposed = false;
+}
+
+bool TensorHandles::park(Tensor& t) {
+  if (!t.impl_ || t.impl_.use_count() != 1) return false;
+  t.impl_->storage.reset();
+  t.impl_->disposed = true;
+  return true;
 }
 
 void Tensor::dispose() {

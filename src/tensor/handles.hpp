@@ -1,0 +1,22 @@
+#pragma once
+#include <memory>
+#include <span>
+
+#include "kiln/tensor.hpp"
+
+namespace kiln {
+
+// What kiln's run loop does with the tensor handles of its slots so that a steady call allocates
+// nothing: a handle nobody else shares is re-viewed in place (its shape and strides reuse their
+// memory), and between uses it is parked, holding no storage.
+struct TensorHandles {
+  // t becomes a view of storage with this geometry: in place when t is the only handle on its
+  // tensor, else as a new tensor.
+  static void reseat(Tensor& t, const std::shared_ptr<Storage>& storage, DType dtype, std::span<const int64_t> shape,
+                     std::span<const int64_t> strides, int64_t offset);
+  // Releases t's storage and keeps the handle for reseat when t is the only handle on its tensor
+  // (it then reads as disposed); returns false, leaving t alone, otherwise.
+  static bool park(Tensor& t);
+};
+
+}  // namespace kiln
