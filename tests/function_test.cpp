@@ -116,7 +116,7 @@ TEST(Function, MemoryReport) {
   Function f = function({x}, {sum(h * h)}, {.mode = plain_mode()});  // the report, not the rewrites
   MemoryReport r = f.memory_report({{10, 10}});
   // Buffers are 64-byte aligned: 400 bytes take 448, the 4-byte sum 64.
-  EXPECT_EQ(r.naive_bytes, 448 * 3 + 64);  // mul, tanh, mul, sum: one buffer each
+  EXPECT_EQ(r.naive_bytes, 448 * 3 + 64 + 64);  // mul, tanh, mul, sum and the sum's scratch: one buffer each
   // tanh overwrites the product it alone reads, h * h overwrites h: one 448-byte buffer in the
   // arena, beside it while the sum runs the sum's f64 accumulator (64 bytes of scratch), plus the
   // result, which leaves the call and so lives outside it.

@@ -67,3 +67,20 @@ TEST(Print, ToDotIsGraphvizThatRenders) {
   EXPECT_EQ(drawn, declared) << "every declared node is drawn as a node, none as an edge";
   EXPECT_GT(declared, 8);
 }
+
+TEST(Print, KilnDebugShowsEveryStageScheduleAndMemoryPlan) {
+  Var x = matrix("x"), w = matrix("w");
+  Var y = sum(tanh(dot(x, w)));  const int line = __LINE__;
+  ::setenv("KILN_DEBUG", "1", 1);
+  ::testing::internal::CaptureStderr();
+  Function f = function({x, w}, {y});
+  f(Tensor::ones({2, 3}), Tensor::ones({3, 4}));
+  const std::string text = ::testing::internal::GetCapturedStderr();
+  ::unsetenv("KILN_DEBUG");
+  for (const std::string& fragment :
+       {std::string("kiln: after clone"), std::string("kiln: after fusion"), std::string("kiln: schedule depth-first:"),
+        std::string("<- dot(s"), "print_test.cpp:" + std::to_string(line),
+        std::string("kiln: memory plan for input and shared shapes (2,3), (3,4)"), std::string("arena @"),
+        std::string("own buffer (leaves the call)")})
+    EXPECT_NE(text.find(fragment), std::string::npos) << "missing '" << fragment << "' in:\n" << text;
+}

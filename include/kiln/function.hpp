@@ -82,7 +82,7 @@ struct Profile {
 
 struct MemoryReport {
   int64_t planned_peak_bytes = 0;  // most bytes of intermediates alive at once in the schedule
-  int64_t naive_bytes = 0;         // one buffer per computed value
+  int64_t naive_bytes = 0;         // one buffer per computed value and per node's scratch
   int64_t lower_bound_bytes = 0;   // the largest total of values live at one time in the schedule
   int64_t persistent_bytes = 0;    // shared variables
   int64_t result_bytes = 0;        // of planned_peak_bytes: the values handed back in buffers of their own

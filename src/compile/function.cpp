@@ -23,6 +23,10 @@
 
 namespace kiln {
 
+namespace {
+int debug_level();  // KILN_DEBUG
+}  // namespace
+
 // What one thread's calls of a function reuse, so that a steady call allocates nothing: the
 // slots (with a kept arena, the values in it keep their tensors, views included, and the next
 // call finds them made), the run loop's vectors, the holds on shared variables, the arena.
@@ -106,6 +110,12 @@ struct FunctionImpl {
       best.schedule = static_cast<int>(i);
     }
     best.report.schedule = schedule_names[static_cast<size_t>(best.schedule)];
+    if (debug_level() >= 1) {
+      std::string shapes;
+      for (const Shape& shape : key.first) shapes += (shapes.empty() ? "" : ", ") + shape_str(shape);
+      std::cerr << "kiln: memory plan for input and shared shapes " << shapes << " (schedule " << best.report.schedule
+                << "):\n" << plan_text(schedules[static_cast<size_t>(best.schedule)], best);
+    }
     best.report.schedules = std::move(tried);
     auto plan = std::make_shared<const MemoryPlan>(std::move(best));
     plans.emplace(std::move(key), plan);
@@ -433,6 +443,7 @@ Function function(std::vector<In> inputs, std::vector<Out> outputs, FunctionOpti
   for (Schedule& schedule : candidate_orders(f->graph->outputs())) {
     f->schedules.push_back(emit_program(f->graph->inputs(), f->graph->outputs(), executables, std::move(schedule.order)));
     f->schedule_names.push_back(schedule.name);
+    if (debug_level() >= 1) std::cerr << "kiln: schedule " << schedule.name << ":\n" << program_text(f->schedules.back());
   }
   f->shared_of_update.assign(f->updates.size(), -1);
   f->shared_order.resize(f->program().shared_slots.size());

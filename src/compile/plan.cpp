@@ -347,10 +347,40 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
         if (!p.code[k].output_is_view[o] && plan.shape[s])
           plan.report.naive_bytes += aligned_bytes(*plan.shape[s], p.code[k].node->outputs[o]->type.dtype);
       }
+  for (int64_t bytes : plan.scratch_bytes) plan.report.naive_bytes += (bytes + kAlign - 1) / kAlign * kAlign;
   plan.report.lower_bound_bytes = live.empty() ? 0 : *std::max_element(live.begin(), live.end());
   plan.report.planned_peak_bytes = plan.arena_bytes + outside;
   plan.report.result_bytes = outside;
   return plan;
+}
+
+std::string plan_text(const Program& p, const MemoryPlan& plan) {
+  std::string text = "  arena " + std::to_string(plan.arena_bytes) + " bytes; planned peak " +
+                     std::to_string(plan.report.planned_peak_bytes) + ", lower bound " +
+                     std::to_string(plan.report.lower_bound_bytes) + ", naive " + std::to_string(plan.report.naive_bytes) + "\n";
+  for (size_t k = 0; k < p.code.size(); ++k) {
+    const Instruction& ins = p.code[k];
+    if (ins.kind != Instruction::Kind::run) continue;
+    if (plan.precomputed[k]) {
+      text += "  " + std::to_string(k) + ": " + ins.node->op->name() + " computed once while planning\n";
+      continue;
+    }
+    for (size_t o = 0; o < ins.outputs.size(); ++o) {
+      const int s = ins.outputs[o];
+      text += "  " + std::to_string(k) + ": s" + std::to_string(s) + " " + ins.node->op->name() + " ";
+      if (plan.shape[s]) text += std::string(dtype_name(ins.node->outputs[o]->type.dtype)) + shape_str(*plan.shape[s]) + " ";
+      if (ins.output_is_view[o]) text += "view";
+      else if (plan.reuse_input[s] >= 0) text += "in place of s" + std::to_string(plan.reuse_input[s]);
+      else if (plan.offset[s] >= 0) text += "arena @" + std::to_string(plan.offset[s]);
+      else if (plan.shape[s]) text += "own buffer (leaves the call)";
+      else text += "allocated when it runs (shape known then)";
+      text += "\n";
+    }
+    if (plan.scratch_offset[k] >= 0)
+      text += "  " + std::to_string(k) + ": scratch " + std::to_string(plan.scratch_bytes[k]) + " bytes arena @" +
+              std::to_string(plan.scratch_offset[k]) + "\n";
+  }
+  return text;
 }
 
 MemoryPlan unplanned(const Program& p) {

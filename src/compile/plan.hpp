@@ -57,6 +57,10 @@ struct PlanOptions {
 MemoryPlan plan_memory(const Program& program, const std::vector<Shape>& input_shapes,
                        const std::vector<Shape>& shared_shapes, const PlanOptions& options = {});
 
+// The plan as text, for KILN_DEBUG: the arena's size and, per value placed in it, its offset,
+// bytes and the instruction that writes it; per instruction, its scratch.
+std::string plan_text(const Program& program, const MemoryPlan& plan);
+
 // The plan that decides nothing: every value allocated when it runs, nothing in place, nothing
 // shared. Mode::debug() checks real plans against it.
 MemoryPlan unplanned(const Program& program);

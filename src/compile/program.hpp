@@ -1,5 +1,6 @@
 #pragma once
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <unordered_map>
@@ -52,6 +53,10 @@ class Executables {
 // when the other branch is taken (nested ifelse: blocks within blocks).
 Program emit_program(const std::vector<Var>& inputs, const std::vector<Var>& results, Executables& executables,
                      std::vector<Node*> order = {});
+
+// The program as text, one instruction per line ("3: tanh  s4 <- s2   built at main.cpp:12"),
+// for KILN_DEBUG.
+std::string program_text(const Program& program);
 
 // The next instruction after k: follows jumps (the condition is read from slots).
 size_t next_instruction(const Program& program, size_t k, const std::vector<Tensor>& slots);

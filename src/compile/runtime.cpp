@@ -249,6 +249,25 @@ std::span<std::byte> scratch_of(const Instruction& ins, size_t k, const MemoryPl
 
 }  // namespace
 
+std::string program_text(const Program& p) {
+  std::string text;
+  auto slots = [](const std::vector<int>& list) {
+    std::string s;
+    for (size_t i = 0; i < list.size(); ++i) s += (i ? ", s" : "s") + std::to_string(list[i]);
+    return s;
+  };
+  for (size_t k = 0; k < p.code.size(); ++k) {
+    const Instruction& ins = p.code[k];
+    text += "  " + std::to_string(k) + ": ";
+    if (ins.kind == Instruction::Kind::jump) text += "jump to " + std::to_string(ins.target);
+    else if (ins.kind == Instruction::Kind::jump_if_false)
+      text += "unless " + slots(ins.inputs) + " jump to " + std::to_string(ins.target);
+    else text += slots(ins.outputs) + " <- " + ins.node->op->name() + "(" + slots(ins.inputs) + ")   " + ins.node->origin();
+    text += "\n";
+  }
+  return text;
+}
+
 void RunBuffers::release(Tensor& slot, size_t s) {
   if (slot.defined() && TensorHandles::park(slot)) parked[s] = std::move(slot);
   slot = Tensor();
