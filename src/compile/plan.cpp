@@ -300,21 +300,23 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
   for (int b = 0; b < static_cast<int>(buffers.size()); ++b)
     if (buffers[b].in_arena) order.push_back(b);
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return buffers[a].bytes > buffers[b].bytes; });
+  // Placed buffers are kept in address order, so the first gap that fits ends the search for
+  // each buffer and nothing is sorted or allocated per buffer.
   std::vector<int> placed;
+  auto by_address = [&](int a, int b) {
+    return std::pair(buffers[a].offset, buffers[a].offset + buffers[a].bytes) <
+           std::pair(buffers[b].offset, buffers[b].offset + buffers[b].bytes);
+  };
   for (int b : order) {
-    std::vector<std::pair<int64_t, int64_t>> taken;
-    for (int q : placed)
-      if (buffers[q].first <= buffers[b].last && buffers[b].first <= buffers[q].last)
-        taken.push_back({buffers[q].offset, buffers[q].offset + buffers[q].bytes});
-    std::sort(taken.begin(), taken.end());
     int64_t offset = 0;
-    for (auto [lo, hi] : taken) {
-      if (offset + buffers[b].bytes <= lo) break;
-      offset = std::max(offset, hi);
+    for (int q : placed) {
+      if (buffers[q].first > buffers[b].last || buffers[b].first > buffers[q].last) continue;
+      if (offset + buffers[b].bytes <= buffers[q].offset) break;
+      offset = std::max(offset, buffers[q].offset + buffers[q].bytes);
     }
     buffers[b].offset = offset;
     plan.arena_bytes = std::max(plan.arena_bytes, offset + buffers[b].bytes);
-    placed.push_back(b);
+    placed.insert(std::upper_bound(placed.begin(), placed.end(), b, by_address), b);
   }
   for (int s = 0; s < n_slots; ++s)
     if (buffer_of[s] >= 0 && buffers[buffer_of[s]].in_arena) plan.offset[s] = buffers[buffer_of[s]].offset;
