@@ -10,10 +10,14 @@ namespace {
 
 double train_throughput(const std::vector<int64_t>& layers, int64_t batch, const Tensor& data, const Tensor& labels) {
   const bench::KilnMlpStep step = bench::kiln_mlp_step(layers);
-  Function train = function({step.x, step.y}, {}, {.updates = step.updates});
+  // The steady loop a user writes for speed: kept buffers and Function::call, which allocate
+  // nothing per step (tests/steady_call_test.cpp).
+  Function train = function({step.x, step.y}, {}, {.updates = step.updates, .keep_buffers = true});
+  std::vector<Tensor> args(2), outputs;
   return bench::throughput(batch, 0.5, [&](int64_t first) {
-    train(data.view({batch, bench::kInputs}, {bench::kInputs, 1}, first * bench::kInputs),
-          labels.view({batch}, {1}, first));
+    args[0] = data.view({batch, bench::kInputs}, {bench::kInputs, 1}, first * bench::kInputs);
+    args[1] = labels.view({batch}, {1}, first);
+    train.call(args, outputs);
   });
 }
 
