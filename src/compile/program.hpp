@@ -20,6 +20,9 @@ struct Instruction {
   std::vector<int> outputs;
   std::vector<int> release_after;    // slots whose last reader is this instruction
   std::vector<bool> output_is_view;  // the op sets these outputs itself (its view_map)
+  // The outputs' dtypes, read on every call: kept here, beside the instruction, rather than read
+  // from the graph's variables, which lie scattered in memory.
+  std::vector<DType> output_dtypes;
   Kind kind = Kind::run;
   int target = -1;
   bool conditional = false;  // inside a branch of an ifelse: it may not run

@@ -107,7 +107,10 @@ Program emit_program(const std::vector<Var>& inputs, const std::vector<Var>& res
     ins.conditional = conditional;
     ins.output_is_view.assign(n->outputs.size(), false);
     for (const Var& v : n->inputs) ins.inputs.push_back(slot(v.get()));
-    for (const auto& v : n->outputs) ins.outputs.push_back(slot(v.get()));
+    for (const auto& v : n->outputs) {
+      ins.outputs.push_back(slot(v.get()));
+      ins.output_dtypes.push_back(v->type.dtype);
+    }
     for (auto [out, in] : n->op->view_map()) ins.output_is_view[out] = true;
     p.widest = std::max({p.widest, ins.inputs.size(), ins.outputs.size()});
     p.code.push_back(std::move(ins));
@@ -200,7 +203,7 @@ void check_op(const Instruction& ins, const std::vector<Tensor>& inputs, const s
 Tensor output_buffer(const Instruction& ins, size_t o, const MemoryPlan& plan, const std::shared_ptr<Storage>& arena,
                      const std::vector<Tensor>& slots, const std::vector<Tensor>& inputs) {
   const int s = ins.outputs[o];
-  const DType dtype = ins.node->outputs[o]->type.dtype;
+  const DType dtype = ins.output_dtypes[o];
   if (plan.offset[s] >= 0) {
     const Shape& shape = *plan.shape[s];
     const int64_t offset = plan.offset[s] / static_cast<int64_t>(dtype_size(dtype));
