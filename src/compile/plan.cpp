@@ -185,7 +185,7 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
                                         ins.node->origin() + ")");
         continue;
       }
-      const DType dtype = ins.node->outputs[o]->type.dtype;
+      const DType dtype = ins.output_dtypes[o];
       const int64_t bytes = aligned_bytes(*plan.shape[s], dtype);
       // An input read again at another position must be read there before it is written too:
       // allowed only where the op declares that position overwritable as well (add(a, b, a) may
@@ -347,7 +347,7 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
       for (size_t o = 0; o < p.code[k].outputs.size(); ++o) {
         const int s = p.code[k].outputs[o];
         if (!p.code[k].output_is_view[o] && plan.shape[s])
-          plan.report.naive_bytes += aligned_bytes(*plan.shape[s], p.code[k].node->outputs[o]->type.dtype);
+          plan.report.naive_bytes += aligned_bytes(*plan.shape[s], p.code[k].output_dtypes[o]);
       }
   for (int64_t bytes : plan.scratch_bytes) plan.report.naive_bytes += (bytes + kAlign - 1) / kAlign * kAlign;
   plan.report.lower_bound_bytes = live.empty() ? 0 : *std::max_element(live.begin(), live.end());
@@ -370,7 +370,7 @@ std::string plan_text(const Program& p, const MemoryPlan& plan) {
     for (size_t o = 0; o < ins.outputs.size(); ++o) {
       const int s = ins.outputs[o];
       text += "  " + std::to_string(k) + ": s" + std::to_string(s) + " " + ins.node->op->name() + " ";
-      if (plan.shape[s]) text += std::string(dtype_name(ins.node->outputs[o]->type.dtype)) + shape_str(*plan.shape[s]) + " ";
+      if (plan.shape[s]) text += std::string(dtype_name(ins.output_dtypes[o])) + shape_str(*plan.shape[s]) + " ";
       if (ins.output_is_view[o]) text += "view";
       else if (plan.reuse_input[s] >= 0) text += "in place of s" + std::to_string(plan.reuse_input[s]);
       else if (plan.offset[s] >= 0) text += "arena @" + std::to_string(plan.offset[s]);

@@ -216,35 +216,18 @@ Tensor output_buffer(const Instruction& ins, size_t o, const MemoryPlan& plan, c
   if (const int lent = plan.reuse_input[s]; lent >= 0 && slots[lent].is_contiguous() && slots[lent].dtype() == dtype)
     return slots[lent];
   if (plan.shape[s]) return Tensor::empty(*plan.shape[s], dtype);
-  std::vector<Shape> shapes;
-  std::vector<const Tensor*> values;
-  for (const Tensor& t : inputs) {  // a value of a branch not taken arrives undefined
-    shapes.push_back(t.defined() ? t.shape() : Shape{});
-    values.push_back(t.defined() ? &t : nullptr);
-  }
-  return Tensor::empty(ins.node->op->infer_shapes(shapes, values)[o], dtype);
+  return Tensor::empty(node_shapes(*ins.node, inputs).outputs[o], dtype);
 }
 
 // The instruction's working memory: its planned place in the arena, or, where the plan could not
 // size it (shapes known only when it runs, or no plan), a buffer allocated now.
 std::span<std::byte> scratch_of(const Instruction& ins, size_t k, const MemoryPlan& plan, const std::shared_ptr<Storage>& arena,
-                                const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
-                                std::shared_ptr<Storage>& unplanned_scratch) {
-  if (k < plan.scratch_offset.size() && plan.scratch_offset[k] >= 0)
+                                const std::vector<Tensor>& inputs, std::shared_ptr<Storage>& unplanned_scratch) {
+  if (plan.scratch_offset[k] >= 0)
     return {arena->data() + plan.scratch_offset[k], static_cast<size_t>(plan.scratch_bytes[k])};
-  if (k < plan.scratch_offset.size() && plan.scratch_offset[k] == kNoScratch) return {};
-  std::vector<Shape> in_shapes, out_shapes;
-  for (const Tensor& t : inputs) in_shapes.push_back(t.defined() ? t.shape() : Shape{});
-  for (size_t o = 0; o < outputs.size(); ++o) {
-    if (!ins.output_is_view[o]) {  // a view output still holds last call's view, or a parked handle
-      out_shapes.push_back(outputs[o].shape());
-      continue;
-    }
-    std::vector<const Tensor*> values;
-    for (const Tensor& t : inputs) values.push_back(t.defined() ? &t : nullptr);
-    out_shapes.push_back(ins.node->op->infer_shapes(in_shapes, values)[o]);
-  }
-  const int64_t bytes = ins.executable->scratch_bytes(in_shapes, out_shapes);
+  if (plan.scratch_offset[k] == kNoScratch) return {};
+  const NodeShapes shapes = node_shapes(*ins.node, inputs);
+  const int64_t bytes = ins.executable->scratch_bytes(shapes.inputs, shapes.outputs);
   if (bytes <= 0) return {};
   unplanned_scratch = cpu_backend().allocate(static_cast<size_t>(bytes));
   return {unplanned_scratch->data(), static_cast<size_t>(bytes)};
@@ -349,7 +332,7 @@ void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& 
         try {
           for (size_t o = 0; o < outputs.size(); ++o)
             if (!ins.output_is_view[o]) outputs[o] = output_buffer(ins, o, plan, arena, slots, inputs);
-          scratch = scratch_of(ins, k, plan, arena, inputs, outputs, unplanned_scratch);
+          scratch = scratch_of(ins, k, plan, arena, inputs, unplanned_scratch);
         } catch (const Error& e) {
           e.rethrow_with(std::string(e.what()) + node_context(*ins.node, inputs));
         }

@@ -28,15 +28,21 @@ void run_node(const Node& node, const Executable& executable, std::span<const Te
   }
 }
 
-std::vector<Tensor> evaluate_node(const Node& node, const Executable& executable, std::span<const Tensor> inputs,
-                                  const Backend& backend) {
-  std::vector<Shape> shapes;
+NodeShapes node_shapes(const Node& node, std::span<const Tensor> inputs) {
+  NodeShapes shapes;
   std::vector<const Tensor*> values;
   for (const Tensor& t : inputs) {
-    shapes.push_back(t.shape());
-    values.push_back(&t);
+    shapes.inputs.push_back(t.defined() ? t.shape() : Shape{});
+    values.push_back(t.defined() ? &t : nullptr);
   }
-  const std::vector<Shape> out_shapes = node.op->infer_shapes(shapes, values);
+  shapes.outputs = node.op->infer_shapes(shapes.inputs, values);
+  return shapes;
+}
+
+std::vector<Tensor> evaluate_node(const Node& node, const Executable& executable, std::span<const Tensor> inputs,
+                                  const Backend& backend) {
+  const NodeShapes shapes = node_shapes(node, inputs);
+  const std::vector<Shape>& out_shapes = shapes.outputs;
   std::vector<Tensor> outputs(node.outputs.size());
   std::vector<bool> is_view(outputs.size(), false);
   for (auto [out, in] : node.op->view_map()) is_view[static_cast<size_t>(out)] = true;
@@ -46,7 +52,7 @@ std::vector<Tensor> evaluate_node(const Node& node, const Executable& executable
     outputs[o] = Tensor::view_of(backend.allocate(static_cast<size_t>(shape_nbytes(out_shapes[o], dtype))), dtype,
                                  out_shapes[o], contiguous_strides(out_shapes[o]), 0);
   }
-  const int64_t scratch_bytes = executable.scratch_bytes(shapes, out_shapes);
+  const int64_t scratch_bytes = executable.scratch_bytes(shapes.inputs, out_shapes);
   const std::shared_ptr<Storage> scratch = scratch_bytes > 0 ? backend.allocate(static_cast<size_t>(scratch_bytes)) : nullptr;
   run_node(node, executable, inputs, outputs,
            scratch ? std::span<std::byte>(scratch->data(), scratch->nbytes()) : std::span<std::byte>());
