@@ -18,6 +18,7 @@ set(KILN_SOURCES
   src/ops/join.cpp
   src/ops/nnet.cpp
   src/ops/composite.cpp
+  src/ops/composite_jit.cpp
   src/ops/ifelse.cpp
   src/ops/patterns.cpp
   src/ops/stable_forms.cpp

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "ops/composite_jit.hpp"
 #include "tensor/dispatch.hpp"
 #include "tensor/small_vector.hpp"
 #include "tensor/isa.hpp"
@@ -15,7 +16,6 @@ namespace kiln {
 
 namespace {
 
-constexpr int64_t kBlock = 1024;
 constexpr int64_t kParallelElements = 1 << 15;
 // Outputs larger than the caches are written with non-temporal stores, like a large memcpy: the
 // lines are not read first (ordinary stores read each line before writing it: 50% more traffic).
@@ -58,59 +58,121 @@ struct InputPlan {
   const int64_t* strides;  // broadcast strides (0 on stretched axes), for gather
 };
 
-void run_instruction(const ScalarInstruction& ins, int64_t n, void* dst, std::span<const void* const> args,
-                     std::span<const DType> arg_dtypes) {
-  const DType in_dtype = arg_dtypes.empty() ? ins.dtype : arg_dtypes.back();
-  if (ins.op == ScalarOp::fill) {
-    std::memcpy(dst, args[1], static_cast<size_t>(n) * dtype_size(ins.dtype));
-    return;
-  }
-  if (ins.op == ScalarOp::cast) {
-    dispatch_dtype(ins.dtype, [&](auto out_tag) {
-      using O = decltype(out_tag);
-      dispatch_dtype(arg_dtypes[0], [&](auto in_tag) {
-        using I = decltype(in_tag);
-        const I* a = static_cast<const I*>(args[0]);
-        O* o = static_cast<O*>(dst);
-        for (int64_t i = 0; i < n; ++i) o[i] = static_cast<O>(a[i]);
-      });
-    });
-    return;
-  }
-  if (ins.op == ScalarOp::where) {
-    dispatch_dtype(ins.dtype, [&](auto tag) {
-      using T = decltype(tag);
-      const bool* c = static_cast<const bool*>(args[0]);
-      const T *a = static_cast<const T*>(args[1]), *b = static_cast<const T*>(args[2]);
-      T* o = static_cast<T*>(dst);
-      for (int64_t i = 0; i < n; ++i) o[i] = c[i] ? a[i] : b[i];
-    });
-    return;
-  }
-  dispatch_dtype(in_dtype, [&](auto tag) {
-    using T = decltype(tag);
-    bool found;
-    if (args.size() == 1) {
-      found = visit_unary<T>(ins.op, [&](auto f, bool) {
-        const T* a = static_cast<const T*>(args[0]);
-        T* o = static_cast<T*>(dst);
-        for (int64_t i = 0; i < n; ++i) o[i] = f(a[i]);
-      });
-    } else {
-      found = visit_binary<T>(ins.op, [&](auto f, bool) {
-        using R = decltype(f(T{}, T{}));
-        R* o = static_cast<R*>(dst);
-        const T *a = static_cast<const T*>(args[0]), *b = static_cast<const T*>(args[1]);
-        for (int64_t i = 0; i < n; ++i) o[i] = f(a[i], b[i]);
-        if constexpr (std::is_same_v<R, T>)
-          for (size_t k = 2; k < args.size(); ++k) {
-            const T* c = static_cast<const T*>(args[k]);
-            for (int64_t i = 0; i < n; ++i) o[i] = f(o[i], c[i]);
-          }
-      });
-    }
-    if (!found) throw TypeError(std::string("composite: ") + scalar_op_name(ins.op) + " has no kernel for " + dtype_name(in_dtype));
+// An operand of a fused instruction: a block of n values, or one value that stands for all of
+// them (a broadcast number, read as a scalar so the loop multiplies by a register, not memory).
+struct Operand {
+  const void* data;
+  bool scalar;
+};
+
+// One fused instruction over a block of n values: resolved once per run to the loop for its op,
+// dtypes and instruction set, so running a block costs one indirect call per instruction.
+using BlockLoop = void (*)(int64_t n, void* dst, const Operand* args, size_t n_args);
+
+template <Isa isa, class Body> void compiled_for(Body body) {
+  if constexpr (isa == Isa::avx512) run_compiled_for_avx512(body);
+  else if constexpr (isa == Isa::avx2) run_compiled_for_avx2(body);
+  else run_compiled_for_baseline(body);
+}
+
+// Every access is at index i, and a destination never partly overlaps a source (it is another
+// register's block, or exactly the buffer of an input it overwrites in place), so the loops
+// vectorize without alias checks.
+template <Isa isa, class T, class F> void unary_loop(int64_t n, void* dst, const Operand* args, size_t) {
+  compiled_for<isa>([n, dst, args] {
+    const F f{};
+    const T* a = static_cast<const T*>(args[0].data);
+    T* o = static_cast<T*>(dst);
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) o[i] = f(a[i]);
   });
+}
+
+// o[i] = f(a[i], b[i]) with either side possibly one value; add and mul fold further operands in.
+template <Isa isa, class T, class F> void binary_loop(int64_t n, void* dst, const Operand* args, size_t n_args) {
+  compiled_for<isa>([n, dst, args, n_args] {
+    const F f{};
+    using R = decltype(f(T{}, T{}));
+    R* o = static_cast<R*>(dst);
+    auto apply = [&](Operand a, Operand b) {
+      const T* x = static_cast<const T*>(a.data);
+      const T* y = static_cast<const T*>(b.data);
+      if (!a.scalar && !b.scalar) {
+#pragma omp simd
+        for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
+      } else if (!a.scalar) {
+        const T yv = *y;
+#pragma omp simd
+        for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], yv);
+      } else if (!b.scalar) {
+        const T xv = *x;
+#pragma omp simd
+        for (int64_t i = 0; i < n; ++i) o[i] = f(xv, y[i]);
+      } else {
+        std::fill_n(o, n, f(*x, *y));
+      }
+    };
+    apply(args[0], args[1]);
+    if constexpr (std::is_same_v<R, T>)
+      for (size_t k = 2; k < n_args; ++k) apply({o, false}, args[k]);
+  });
+}
+
+template <Isa isa, class O, class I> void cast_loop(int64_t n, void* dst, const Operand* args, size_t) {
+  compiled_for<isa>([n, dst, args] {
+    const I* a = static_cast<const I*>(args[0].data);
+    O* o = static_cast<O*>(dst);
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) o[i] = static_cast<O>(a[i]);
+  });
+}
+
+template <Isa isa, class T> void where_loop(int64_t n, void* dst, const Operand* args, size_t) {
+  compiled_for<isa>([n, dst, args] {
+    const bool* c = static_cast<const bool*>(args[0].data);
+    const T *a = static_cast<const T*>(args[1].data), *b = static_cast<const T*>(args[2].data);
+    T* o = static_cast<T*>(dst);
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) o[i] = c[i] ? a[i] : b[i];
+  });
+}
+
+template <class T> void fill_loop(int64_t n, void* dst, const Operand* args, size_t) {
+  std::memcpy(dst, args[1].data, static_cast<size_t>(n) * sizeof(T));
+}
+
+// The loop of one instruction: unary ops, cast, where and fill read blocks; binary ops also take
+// scalars.
+template <Isa isa> BlockLoop loop_for(const ScalarInstruction& ins, std::span<const DType> arg_dtypes) {
+  if (ins.op == ScalarOp::fill) return dispatch_dtype(ins.dtype, [](auto tag) -> BlockLoop { return &fill_loop<decltype(tag)>; });
+  if (ins.op == ScalarOp::cast)
+    return dispatch_dtype(ins.dtype, [&](auto out_tag) {
+      return dispatch_dtype(arg_dtypes[0], [](auto in_tag) -> BlockLoop {
+        return &cast_loop<isa, decltype(out_tag), decltype(in_tag)>;
+      });
+    });
+  if (ins.op == ScalarOp::where)
+    return dispatch_dtype(ins.dtype, [](auto tag) -> BlockLoop { return &where_loop<isa, decltype(tag)>; });
+  const DType in_dtype = arg_dtypes.back();
+  return dispatch_dtype(in_dtype, [&](auto tag) {
+    using T = decltype(tag);
+    BlockLoop loop = nullptr;
+    if (arg_dtypes.size() == 1)
+      visit_unary<T>(ins.op, [&](auto f, bool) { loop = &unary_loop<isa, T, decltype(f)>; });
+    else
+      visit_binary<T>(ins.op, [&](auto f, bool) { loop = &binary_loop<isa, T, decltype(f)>; });
+    if (!loop) throw TypeError(std::string("composite: ") + scalar_op_name(ins.op) + " has no kernel for " + dtype_name(in_dtype));
+    return loop;
+  });
+}
+
+BlockLoop loop_for(const ScalarInstruction& ins, std::span<const DType> arg_dtypes) {
+  switch (active_isa()) {
+    case Isa::avx512: return loop_for<Isa::avx512>(ins, arg_dtypes);
+    case Isa::avx2: return loop_for<Isa::avx2>(ins, arg_dtypes);
+    case Isa::baseline: break;
+  }
+  return loop_for<Isa::baseline>(ins, arg_dtypes);
 }
 
 // Copies block [start, start+n) of a broadcast input (row-major order of `shape`) into dst.
@@ -200,18 +262,26 @@ std::vector<Shape> Composite::infer_shapes(const std::vector<Shape>& in, const s
 
 namespace {
 
-// Runs the fused program block by block. Its registers (a block of each, per thread) and the
-// partial sums of a reduction (per thread) live in the scratch the planner gives it: no run
-// allocates.
+// Runs the fused program block by block. A register is a block of values in the scratch the
+// planner gives it (per thread), and registers share blocks by liveness, so the blocks one thread
+// touches stay in L1 and temporaries never reach main memory; a reduction's partial sums follow
+// them. No run allocates.
 class CompositeKernel final : public KernelOf<Composite> {
  public:
   CompositeKernel(std::shared_ptr<const Composite> op, const Node& node) : KernelOf(std::move(op), node) {
     for (const Var& in : node.inputs) reg_dtype_.push_back(in.dtype());
     for (const ScalarInstruction& ins : this->op().program()) reg_dtype_.push_back(ins.dtype);
+    assign_blocks(static_cast<int>(node.inputs.size()));
+    // An input whose every axis is broadcastable is one value whatever the shapes: the compiled
+    // loop holds it in a register.
+    std::vector<DType> input_dtypes(reg_dtype_.begin(), reg_dtype_.begin() + static_cast<int64_t>(node.inputs.size()));
+    for (const Var& in : node.inputs)
+      scalar_input_.push_back(std::ranges::all_of(in.type().broadcastable, [](bool b) { return b; }));
+    compiled_ = CompiledProgram::compile(this->op().program(), input_dtypes, scalar_input_, active_isa());
   }
 
-  // Per thread, a block of each register and the partial sums of a reduction; as many threads as
-  // a run of this size uses.
+  // Per thread, the register blocks and the partial sums of a reduction; as many threads as a run
+  // of this size uses.
   int64_t scratch_bytes(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override {
     Dims shape;
     broadcast_into(shape, inputs, [](const Shape& s) -> const Shape& { return s; }, op());
@@ -224,24 +294,62 @@ class CompositeKernel final : public KernelOf<Composite> {
   void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte> scratch) const override;
 
  private:
-  static int64_t block_of(int64_t total) { return std::min(kBlock, std::max<int64_t>(total, 1)); }
-  // Where each register's block starts in a thread's scratch: 64-byte aligned and, for full
-  // blocks, skewed by 192 bytes so that no two start at the same offset within a 4 KiB page (loads
-  // and stores 4 KiB apart stall on false address dependencies). Returns the bytes of all of them.
-  template <class Visit> size_t lay_out_registers(int64_t block, Visit visit) const {
-    const size_t skew = block == kBlock ? 192 : 0;
-    size_t bytes = 0;
-    for (size_t r = 0; r < reg_dtype_.size(); ++r) {
-      visit(r, bytes);
-      bytes += (static_cast<size_t>(block) * dtype_size(reg_dtype_[r]) + 63) / 64 * 64 + skew;
+  // Each input has a block of its own (filled when it is broadcast); each computed register takes
+  // a block that no later instruction reads, never one of its own operands (the loops then never
+  // see a destination that overlaps a source). The block length keeps all blocks within kL1Bytes.
+  void assign_blocks(int n_inputs) {
+    const auto& program = op().program();
+    std::vector<int> last_read(reg_dtype_.size(), -1);
+    for (size_t k = 0; k < program.size(); ++k)
+      for (int a : program[k].args) last_read[static_cast<size_t>(a)] = static_cast<int>(k);
+    block_of_reg_.assign(reg_dtype_.size(), -1);
+    for (int i = 0; i < n_inputs; ++i) block_of_reg_[static_cast<size_t>(i)] = i;
+    n_blocks_ = n_inputs;
+    std::vector<int> free_blocks;
+    for (size_t k = 0; k < program.size(); ++k) {
+      const size_t r = static_cast<size_t>(n_inputs) + k;
+      if (free_blocks.empty()) {
+        block_of_reg_[r] = n_blocks_++;
+      } else {
+        block_of_reg_[r] = free_blocks.back();
+        free_blocks.pop_back();
+      }
+      for (int a : program[k].args)
+        if (a >= n_inputs && last_read[static_cast<size_t>(a)] == static_cast<int>(k) &&
+            std::find(free_blocks.begin(), free_blocks.end(), block_of_reg_[static_cast<size_t>(a)]) == free_blocks.end())
+          free_blocks.push_back(block_of_reg_[static_cast<size_t>(a)]);
     }
-    return (bytes + 63) / 64 * 64;
+    element_bytes_ = 1;
+    for (DType d : reg_dtype_) element_bytes_ = std::max(element_bytes_, dtype_size(d));
+    const size_t fit = kL1Bytes / (static_cast<size_t>(n_blocks_) * element_bytes_);
+    block_ = kMinBlock;
+    while (block_ * 2 <= kMaxBlock && static_cast<size_t>(block_ * 2) <= fit) block_ *= 2;
   }
+  int64_t block_of(int64_t total) const { return std::min(block_, std::max<int64_t>(total, 1)); }
+  // Where block b starts in a thread's scratch: 64-byte aligned and, for full blocks, skewed by
+  // 192 bytes so that no two start at the same offset within a 4 KiB page (loads and stores 4 KiB
+  // apart stall on false address dependencies).
+  size_t block_stride(int64_t block) const {
+    return (static_cast<size_t>(block) * element_bytes_ + 63) / 64 * 64 + (block == block_ ? 192 : 0);
+  }
+  size_t blocks_bytes(int64_t block) const { return block_stride(block) * static_cast<size_t>(n_blocks_); }
   size_t thread_bytes(int64_t block, int64_t n_out) const {
-    return lay_out_registers(block, [](size_t, size_t) {}) + (static_cast<size_t>(n_out) * sizeof(double) + 63) / 64 * 64;
+    return blocks_bytes(block) + (static_cast<size_t>(n_out) * sizeof(double) + 63) / 64 * 64;
   }
 
+  // The blocks of all registers a thread touches stay within this many bytes: half of the
+  // smallest L1 data cache seen (32 KiB).
+  static constexpr size_t kL1Bytes = 16 << 10;
+  static constexpr int64_t kMinBlock = 256, kMaxBlock = 2048;
   std::vector<DType> reg_dtype_;
+  std::vector<bool> scalar_input_;
+  // The program as machine code for the instruction set active when the node was compiled; the
+  // interpreter runs it under any other (and the elements short of a whole step).
+  std::unique_ptr<const CompiledProgram> compiled_;
+  std::vector<int> block_of_reg_;
+  int n_blocks_ = 0;
+  size_t element_bytes_ = 1;
+  int64_t block_ = kMinBlock;
 };
 
 void CompositeKernel::run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte> scratch) const {
@@ -270,6 +378,23 @@ void CompositeKernel::run(std::span<const Tensor> in, std::span<Tensor> out, std
       for (int64_t d = 0; d < t.ndim(); ++d) strides[d + nd - t.ndim()] = t.shape()[d] == 1 ? 0 : t.strides()[d];
     plans.push_back({feed, t.raw_data(), strides});
   }
+  // Per instruction, its loop and its operands, laid out once per run: a block only moves the
+  // operands that read inputs in place and the destination that is the output itself.
+  SmallVector<BlockLoop, 32> loops;
+  SmallVector<uint32_t, 33> first_arg;
+  SmallVector<Operand, 64> operands;
+  {
+    SmallVector<DType, 8> arg_dtypes;
+    for (const ScalarInstruction& ins : program) {
+      arg_dtypes.clear();
+      for (int a : ins.args) arg_dtypes.push_back(reg_dtype_[a]);
+      loops.push_back(loop_for(ins, arg_dtypes));
+      first_arg.push_back(static_cast<uint32_t>(operands.size()));
+      const bool binary = ins.args.size() >= 2 && ins.op != ScalarOp::fill && ins.op != ScalarOp::where;
+      for (int a : ins.args) operands.push_back({nullptr, binary && a < n_inputs && plans[a].feed == Feed::splat});
+    }
+    first_arg.push_back(static_cast<uint32_t>(operands.size()));
+  }
 
   // Reduction bookkeeping: each element of a block adds to out[index / inner] (trailing axes) or
   // out[index % outer] (leading axes); all axes is the trailing case with one output.
@@ -288,21 +413,86 @@ void CompositeKernel::run(std::span<const Tensor> in, std::span<Tensor> out, std
   const int64_t n_out = reducing ? o.numel() : 0;
   const int64_t block = block_of(total);
   const size_t per_thread = thread_bytes(block, n_out);
-  SmallVector<size_t, 32> reg_offset(reg_dtype_.size(), 0);
-  const size_t reg_bytes = lay_out_registers(block, [&](size_t r, size_t offset) { reg_offset[r] = offset; });
+  const size_t stride = block_stride(block);
+
+  const CompiledProgram* compiled = compiled_ && compiled_->isa() == active_isa() ? compiled_.get() : nullptr;
+  // The compiled loop writes the output itself (with streaming stores where the interpreter would
+  // stream a block), so only the interpreter without it stages the result in a block.
+  const bool stage_result = reducing || (streaming && !compiled);
+  // Whole ranges go to the compiled loop at once when no input needs a block of its own.
+  bool whole_ranges = compiled && !reducing;
+  for (int i = 0; i < n_inputs; ++i) whole_ranges = whole_ranges && (plans[i].feed == Feed::direct || scalar_input_[i]);
+  const size_t result_es = dtype_size(result_dtype);
 
   auto run_blocks = [&](std::byte* base, int64_t first_block, int64_t last_block, double* partial) {
     const size_t n_regs = reg_dtype_.size();
     SmallVector<const void*, 32> reg(n_regs, nullptr);
-    auto block_of = [&](size_t r) { return base + reg_offset[r]; };
+    auto block_ptr = [&](size_t r) { return base + static_cast<size_t>(block_of_reg_[r]) * stride; };
     for (int i = 0; i < n_inputs; ++i)
       if (plans[i].feed == Feed::splat) {
         const size_t es = dtype_size(reg_dtype_[i]);
-        std::byte* dst = block_of(i);
+        std::byte* dst = block_ptr(static_cast<size_t>(i));
         for (int64_t k = 0; k < block; ++k) std::memcpy(dst + k * es, plans[i].base, es);
       }
-    SmallVector<const void*, 8> args;
-    SmallVector<DType, 8> arg_dtypes;
+    SmallVector<Operand, 64> args = operands;
+    SmallVector<void*, 32> dsts(program.size(), nullptr);
+    SmallVector<const void*, 16> compiled_inputs(static_cast<size_t>(n_inputs), nullptr);
+    // Elements [skip, n) of the values in reg (inputs at element 0 of the block), the result to
+    // `result`: the interpreter, instruction by instruction over blocks. Every register takes the
+    // same elements of its block, so none overwrites what the compiled loop wrote before skip
+    // (registers share blocks).
+    auto interpret = [&](int64_t skip, int64_t n, std::byte* result) {
+      SmallVector<const void*, 16> saved(static_cast<size_t>(n_inputs), nullptr);
+      for (int i = 0; i < n_inputs; ++i) {
+        saved[i] = reg[i];
+        if (plans[i].feed != Feed::splat) reg[i] = static_cast<const std::byte*>(reg[i]) + skip * static_cast<int64_t>(dtype_size(reg_dtype_[i]));
+      }
+      for (size_t k = 0; k + 1 < program.size(); ++k) {
+        const size_t r = static_cast<size_t>(n_inputs) + k;
+        dsts[k] = block_ptr(r) + skip * static_cast<int64_t>(dtype_size(reg_dtype_[r]));
+      }
+      dsts.back() = result;
+      for (size_t k = 0; k < program.size(); ++k) {
+        const uint32_t first = first_arg[k], count = first_arg[k + 1] - first;
+        for (uint32_t j = 0; j < count; ++j) args[first + j].data = reg[program[k].args[j]];
+        loops[k](n - skip, dsts[k], args.data() + first, count);
+        reg[static_cast<size_t>(n_inputs) + k] = dsts[k];
+      }
+      for (int i = 0; i < n_inputs; ++i) reg[i] = saved[i];
+    };
+    // Elements [start, start + n) of everything, n at most one block: the inputs fed, the compiled
+    // loop over the whole steps, the interpreter over the rest; the result in place (or staged in
+    // its block, which reg then names).
+    auto run_range = [&](int64_t start, int64_t n) {
+      for (int i = 0; i < n_inputs; ++i) {
+        const size_t es = dtype_size(reg_dtype_[i]);
+        if (plans[i].feed == Feed::direct) {
+          reg[i] = plans[i].base + start * static_cast<int64_t>(es);
+        } else {
+          if (plans[i].feed == Feed::gather) gather(plans[i], shape, start, n, es, block_ptr(static_cast<size_t>(i)));
+          reg[i] = block_ptr(static_cast<size_t>(i));
+        }
+      }
+      std::byte* result = stage_result ? block_ptr(static_cast<size_t>(result_reg))
+                                       : o.raw_data() + start * static_cast<int64_t>(result_es);
+      int64_t done = 0;
+      if (compiled) {
+        done = n - n % compiled->step();
+        for (int i = 0; i < n_inputs; ++i) compiled_inputs[i] = scalar_input_[i] ? plans[i].base : reg[i];
+        compiled->run(done, result, compiled_inputs.data(), streaming);
+      }
+      if (done < n) interpret(done, n, result + done * static_cast<int64_t>(result_es));
+      reg[result_reg] = result;
+    };
+    if (whole_ranges) {
+      const int64_t start = first_block * block, end = std::min(last_block * block, total);
+      const int64_t whole = (end - start) - (end - start) % compiled->step();
+      for (int i = 0; i < n_inputs; ++i)
+        compiled_inputs[i] = plans[i].base + (scalar_input_[i] ? 0 : start * static_cast<int64_t>(dtype_size(reg_dtype_[i])));
+      compiled->run(whole, o.raw_data() + start * static_cast<int64_t>(result_es), compiled_inputs.data(), streaming);
+      if (start + whole < end) run_range(start + whole, end - start - whole);
+      return;
+    }
     for (int64_t b = first_block; b < last_block; ++b) {
       const int64_t start = b * block, n = std::min(block, total - start);
       // Hardware prefetchers stop at page boundaries and a block is about a page: fetch the next
@@ -315,33 +505,10 @@ void CompositeKernel::run(std::span<const Tensor> in, std::span<Tensor> out, std
             const int64_t next_bytes = std::min(block, total - start - block) * static_cast<int64_t>(es);
             for (int64_t off = 0; off < next_bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(next + off), _MM_HINT_T0);
           }
-      for (int i = 0; i < n_inputs; ++i) {
-        const size_t es = dtype_size(reg_dtype_[i]);
-        if (plans[i].feed == Feed::direct) reg[i] = plans[i].base + start * static_cast<int64_t>(es);
-        else if (plans[i].feed == Feed::splat) reg[i] = block_of(i);
-        else {
-          gather(plans[i], shape, start, n, es, block_of(i));
-          reg[i] = block_of(i);
-        }
-      }
-      for (size_t k = 0; k < program.size(); ++k) {
-        const int r = n_inputs + static_cast<int>(k);
-        void* dst = (!reducing && !streaming && r == result_reg)
-                        ? static_cast<void*>(o.raw_data() + start * static_cast<int64_t>(dtype_size(result_dtype)))
-                        : static_cast<void*>(block_of(r));
-        args.clear();
-        arg_dtypes.clear();
-        for (int a : program[k].args) {
-          args.push_back(reg[a]);
-          arg_dtypes.push_back(reg_dtype_[a]);
-        }
-        run_instruction(program[k], n, dst, args, arg_dtypes);
-        reg[r] = dst;
-      }
-      if (streaming) {
-        const size_t es = dtype_size(result_dtype);
-        stream_copy(o.raw_data() + start * static_cast<int64_t>(es), static_cast<const std::byte*>(reg[result_reg]),
-                    static_cast<size_t>(n) * es);
+      run_range(start, n);
+      if (streaming && stage_result) {
+        stream_copy(o.raw_data() + start * static_cast<int64_t>(result_es), static_cast<const std::byte*>(reg[result_reg]),
+                    static_cast<size_t>(n) * result_es);
       }
       if (!reducing) continue;
       dispatch_float(result_dtype, "composite reduction", [&](auto tag) {
@@ -370,8 +537,9 @@ void CompositeKernel::run(std::span<const Tensor> in, std::span<Tensor> out, std
   const bool parallel = threads > 1 && total >= kParallelElements && !omp_in_parallel() &&
                         (!reducing || reduce_divisor >= total);
   const int used = parallel ? threads : 1;
+  const size_t registers_bytes = blocks_bytes(block);
   auto thread_base = [&](int t) { return scratch.data() + static_cast<size_t>(t) * per_thread; };
-  auto partial_of = [&](int t) { return reinterpret_cast<double*>(thread_base(t) + reg_bytes); };
+  auto partial_of = [&](int t) { return reinterpret_cast<double*>(thread_base(t) + registers_bytes); };
   if (reducing)
     for (int t = 0; t < used; ++t) std::fill_n(partial_of(t), n_out, 0.0);
   if (parallel) {

@@ -1,0 +1,425 @@
+#include "ops/composite_jit.hpp"
+
+#include <xbyak/xbyak.h>
+
+#include <algorithm>
+#include <bit>
+#include <map>
+
+#include "ops/composite.hpp"
+
+namespace kiln {
+
+namespace {
+
+// Emission gives up on a program (the interpreter runs it) with one of these.
+struct OutOfRegisters {};
+struct Unsupported {};
+
+// vcmpps predicates, as C++ compares: false when an operand is NaN, except unordered.
+constexpr uint8_t kLess = 0x11, kGreater = 0x1E, kUnordered = 0x03;
+
+// Emits the loop of one program for one instruction set and unroll factor. The function made is
+// void(int64_t n, void* out, const void* const* inputs, int nontemporal) in the System V ABI.
+class ProgramEmitter : public Xbyak::CodeGenerator {
+ public:
+  ProgramEmitter(const std::vector<ScalarInstruction>& program, std::span<const DType> input_dtypes,
+                 const std::vector<bool>& scalar_input, Isa isa, int unroll)
+      : Xbyak::CodeGenerator(4096, Xbyak::AutoGrow),
+        program_(program),
+        n_inputs_(static_cast<int>(input_dtypes.size())),
+        scalar_input_(scalar_input),
+        isa_(isa),
+        unroll_(unroll) {
+    const DType dtype = input_dtypes.empty() ? program.back().dtype : input_dtypes[0];
+    if (dtype != DType::f32 && dtype != DType::f64) throw Unsupported{};
+    for (DType d : input_dtypes)
+      if (d != dtype) throw Unsupported{};
+    for (const ScalarInstruction& ins : program)
+      if (ins.dtype != dtype) throw Unsupported{};
+    f64_ = dtype == DType::f64;
+    element_bytes_ = f64_ ? 8 : 4;
+    vector_bytes_ = isa == Isa::avx512 ? 64 : 32;
+    n_vregs_ = isa == Isa::avx512 ? 32 : 16;
+    free_.assign(static_cast<size_t>(n_vregs_), true);
+    last_read_.assign(static_cast<size_t>(n_inputs_) + program.size(), -1);
+    for (size_t k = 0; k < program.size(); ++k)
+      for (int a : program[k].args) last_read_[static_cast<size_t>(a)] = static_cast<int>(k);
+    last_read_.back() = static_cast<int>(program.size());  // the result: stored after the last instruction
+    emit_function();
+    ready(Xbyak::CodeArray::PROTECT_RE);
+  }
+
+  int64_t step() const { return static_cast<int64_t>(vector_bytes_ / element_bytes_) * unroll_; }
+
+ private:
+  using Xmm = Xbyak::Xmm;
+
+  Xmm vreg(int i) const { return isa_ == Isa::avx512 ? Xmm(Xbyak::Zmm(i)) : Xmm(Xbyak::Ymm(i)); }
+  int take() {
+    for (int i = 0; i < n_vregs_; ++i)
+      if (free_[static_cast<size_t>(i)]) {
+        free_[static_cast<size_t>(i)] = false;
+        return i;
+      }
+    throw OutOfRegisters{};
+  }
+  Xmm temp() { return vreg(take()); }
+  void release(const Xmm& r) { free_[static_cast<size_t>(r.getIdx())] = true; }
+
+  // A vector of `bits` repeated, in the constant pool after the code.
+  Xbyak::Address pooled(uint64_t bits, int bytes) {
+    auto [it, fresh] = pool_offset_.try_emplace({bits, bytes}, pool_.size());
+    if (fresh)
+      for (int i = 0; i < vector_bytes_; i += bytes)
+        for (int b = 0; b < bytes; ++b) pool_.push_back(static_cast<uint8_t>(bits >> (8 * b)));
+    return ptr[rip + pool_label_ + static_cast<int64_t>(it->second)];
+  }
+  Xbyak::Address constant(double v) {
+    return f64_ ? pooled(std::bit_cast<uint64_t>(v), 8) : pooled(std::bit_cast<uint32_t>(static_cast<float>(v)), 4);
+  }
+  Xbyak::Address int32_constant(int32_t v) { return pooled(static_cast<uint32_t>(v), 4); }
+  Xbyak::Address sign_bit() { return f64_ ? pooled(uint64_t{1} << 63, 8) : pooled(uint32_t{1} << 31, 4); }
+  Xbyak::Address magnitude_bits() { return f64_ ? pooled(~(uint64_t{1} << 63), 8) : pooled(~(uint32_t{1} << 31), 4); }
+
+  void fadd(const Xmm& d, const Xmm& a, const Xbyak::Operand& b) { f64_ ? vaddpd(d, a, b) : vaddps(d, a, b); }
+  void fsub(const Xmm& d, const Xmm& a, const Xbyak::Operand& b) { f64_ ? vsubpd(d, a, b) : vsubps(d, a, b); }
+  void fmul(const Xmm& d, const Xmm& a, const Xbyak::Operand& b) { f64_ ? vmulpd(d, a, b) : vmulps(d, a, b); }
+  void fdiv(const Xmm& d, const Xmm& a, const Xbyak::Operand& b) { f64_ ? vdivpd(d, a, b) : vdivps(d, a, b); }
+  // x86's max and min: a > b ? a : b and a < b ? a : b (so b when either is NaN).
+  void fmax(const Xmm& d, const Xmm& a, const Xbyak::Operand& b) { f64_ ? vmaxpd(d, a, b) : vmaxps(d, a, b); }
+  void fmin(const Xmm& d, const Xmm& a, const Xbyak::Operand& b) { f64_ ? vminpd(d, a, b) : vminps(d, a, b); }
+  void fxor(const Xmm& d, const Xmm& a, const Xbyak::Operand& b) { f64_ ? vxorpd(d, a, b) : vxorps(d, a, b); }
+  void fand(const Xmm& d, const Xmm& a, const Xbyak::Operand& b) { f64_ ? vandpd(d, a, b) : vandps(d, a, b); }
+  void load(const Xmm& d, const Xbyak::Address& a) { f64_ ? vmovupd(d, a) : vmovups(d, a); }
+  void copy(const Xmm& d, const Xmm& a) {
+    if (d.getIdx() != a.getIdx()) f64_ ? vmovapd(d, a) : vmovaps(d, a);
+  }
+
+  // d = (a pred b) ? t : d.
+  void select(const Xmm& d, const Xmm& a, const Xbyak::Operand& b, uint8_t pred, const Xbyak::Operand& t) {
+    if (isa_ == Isa::avx512) {
+      f64_ ? vcmppd(k1, a, b, pred) : vcmpps(k1, a, b, pred);
+      f64_ ? vblendmpd(d | k1, d, t) : vblendmps(d | k1, d, t);
+    } else {
+      const Xmm m = temp();
+      f64_ ? vcmppd(m, a, b, pred) : vcmpps(m, a, b, pred);
+      f64_ ? vblendvpd(d, d, t, m) : vblendvps(d, d, t, m);
+      release(m);
+    }
+  }
+  // d = (a pred b) ? value : 0.
+  void mask_of(const Xmm& d, const Xmm& a, const Xbyak::Operand& b, uint8_t pred, const Xbyak::Address& value) {
+    if (isa_ == Isa::avx512) {
+      f64_ ? vcmppd(k1, a, b, pred) : vcmpps(k1, a, b, pred);
+      f64_ ? vmovupd(d | k1 | T_z, value) : vmovups(d | k1 | T_z, value);
+    } else {
+      f64_ ? vcmppd(d, a, b, pred) : vcmpps(d, a, b, pred);
+      fand(d, d, value);
+    }
+  }
+
+  // fastmath::exp_f32, operation for operation; d and x differ.
+  void emit_exp(const Xmm& d, const Xmm& x) {
+    constexpr float kLogMax = 88.72283905f, kLogMin = -87.33654475f;
+    const Xmm c = temp(), n = temp(), r = temp(), u = temp();
+    vmaxps(c, x, constant(kLogMin));  // NaN gives kLogMin here; the result is x then (below)
+    vminps(c, c, constant(kLogMax));
+    vmulps(n, c, constant(1.44269504088896341f));
+    vaddps(n, n, constant(12582912.0f));
+    vsubps(n, n, constant(12582912.0f));
+    vmulps(u, n, constant(0.693359375f));
+    vsubps(r, c, u);
+    vmulps(u, n, constant(2.12194440e-4f));
+    vaddps(r, r, u);
+    vmovups(c, constant(1.9875691500e-4f));
+    for (float coefficient : {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f}) {
+      vmulps(c, c, r);
+      vaddps(c, c, constant(coefficient));
+    }
+    vmulps(c, c, r);
+    vmulps(c, c, r);
+    vaddps(c, c, r);
+    vaddps(c, c, constant(1.0f));
+    vcvttps2dq(n, n);
+    vpsrad(u, n, 1);
+    vpsubd(n, n, u);
+    vpaddd(u, u, int32_constant(127));
+    vpslld(u, u, 23);
+    vpaddd(n, n, int32_constant(127));
+    vpslld(n, n, 23);
+    vmulps(d, c, u);
+    vmulps(d, d, n);
+    release(c), release(n), release(r), release(u);
+    select(d, x, constant(kLogMax), kGreater, constant(std::numeric_limits<float>::infinity()));
+    select(d, x, constant(kLogMin), kLess, constant(0.0f));
+    select(d, x, x, kUnordered, x);
+  }
+
+  // fastmath::tanh_f32.
+  void emit_tanh(const Xmm& d, const Xmm& x) {
+    const Xmm ax = temp(), z = temp(), small = temp();
+    fand(ax, x, magnitude_bits());
+    vmulps(z, x, x);
+    vmulps(small, z, constant(-5.70498872745e-3f));
+    vaddps(small, small, constant(2.06390887954e-2f));
+    vmulps(small, small, z);
+    vsubps(small, small, constant(5.37397155531e-2f));
+    vmulps(small, small, z);
+    vaddps(small, small, constant(1.33314422036e-1f));
+    vmulps(small, small, z);
+    vsubps(small, small, constant(3.33332819422e-1f));
+    vmulps(small, small, z);
+    vmulps(small, small, x);
+    vaddps(small, small, x);
+    release(z);
+    const Xmm m = temp(), e = temp();
+    vmovups(m, constant(20.0f));
+    vminps(m, m, ax);  // 20 < ax ? 20 : ax, as std::min(ax, 20.0f) (NaN stays NaN)
+    vmulps(m, m, constant(2.0f));
+    emit_exp(e, m);
+    vaddps(e, e, constant(1.0f));
+    vmovups(m, constant(2.0f));
+    vdivps(m, m, e);
+    vmovups(e, constant(1.0f));
+    vsubps(e, e, m);  // the magnitude
+    release(m);
+    fxor(d, e, sign_bit());
+    select(e, x, constant(0.0f), kLess, d);  // x < 0 ? -magnitude : magnitude
+    copy(d, e);
+    release(e);
+    select(d, ax, constant(0.625f), kLess, small);
+    release(ax), release(small);
+  }
+
+  // fastmath::sigmoid_f32: 1 / (1 + exp(-x)).
+  void emit_sigmoid(const Xmm& d, const Xmm& x) {
+    const Xmm negated = temp(), e = temp();
+    fxor(negated, x, sign_bit());
+    emit_exp(e, negated);
+    release(negated);
+    vaddps(e, e, constant(1.0f));
+    vmovups(d, constant(1.0f));
+    vdivps(d, d, e);
+    release(e);
+  }
+
+  // One instruction: d is a fresh register, distinct from every operand.
+  void emit_instruction(const ScalarInstruction& ins, const Xmm& d, const std::vector<Xmm>& a) {
+    auto float_only = [&] {
+      if (f64_) throw Unsupported{};  // f64 transcendental functions are libm's: the interpreter runs them
+    };
+    switch (ins.op) {
+      case ScalarOp::add: case ScalarOp::mul:
+        (ins.op == ScalarOp::add ? fadd(d, a[0], a[1]) : fmul(d, a[0], a[1]));
+        for (size_t k = 2; k < a.size(); ++k) ins.op == ScalarOp::add ? fadd(d, d, a[k]) : fmul(d, d, a[k]);
+        return;
+      case ScalarOp::sub: return fsub(d, a[0], a[1]);
+      case ScalarOp::div: return fdiv(d, a[0], a[1]);
+      case ScalarOp::maximum:  // x != x ? x : (x > y ? x : y)
+        fmax(d, a[0], a[1]);
+        return select(d, a[0], a[0], kUnordered, a[0]);
+      case ScalarOp::minimum:  // x != x ? x : (x < y ? x : y)
+        fmin(d, a[0], a[1]);
+        return select(d, a[0], a[0], kUnordered, a[0]);
+      case ScalarOp::neg: return fxor(d, a[0], sign_bit());
+      case ScalarOp::sqr: return fmul(d, a[0], a[0]);
+      case ScalarOp::relu: return fmax(d, a[0], constant(0.0));  // x > 0 ? x : 0
+      case ScalarOp::abs:  // x < 0 ? -x : x
+        fxor(d, a[0], sign_bit());
+        if (isa_ == Isa::avx512) {
+          f64_ ? vcmppd(k1, a[0], constant(0.0), kLess) : vcmpps(k1, a[0], constant(0.0), kLess);
+          f64_ ? vblendmpd(d | k1, a[0], d) : vblendmps(d | k1, a[0], d);
+        } else {
+          const Xmm m = temp();
+          f64_ ? vcmppd(m, a[0], constant(0.0), kLess) : vcmpps(m, a[0], constant(0.0), kLess);
+          f64_ ? vblendvpd(d, a[0], d, m) : vblendvps(d, a[0], d, m);
+          release(m);
+        }
+        return;
+      case ScalarOp::sign: {  // (0 < x) - (x < 0)
+        const Xmm t = temp();
+        mask_of(d, a[0], constant(0.0), kGreater, constant(1.0));
+        mask_of(t, a[0], constant(0.0), kLess, constant(1.0));
+        fsub(d, d, t);
+        release(t);
+        return;
+      }
+      case ScalarOp::sqrt: return f64_ ? vsqrtpd(d, a[0]) : vsqrtps(d, a[0]);
+      case ScalarOp::fill: return copy(d, a[1]);
+      case ScalarOp::exp: float_only(); return emit_exp(d, a[0]);
+      case ScalarOp::tanh: float_only(); return emit_tanh(d, a[0]);
+      case ScalarOp::sigmoid: float_only(); return emit_sigmoid(d, a[0]);
+      default: throw Unsupported{};
+    }
+  }
+
+  // One pass of the loop body: unroll copies of the program, instruction by instruction (the
+  // copies are independent, so their latencies overlap), then the stores.
+  void emit_body(bool nontemporal) {
+    const size_t n_regs = static_cast<size_t>(n_inputs_) + program_.size();
+    std::vector<std::vector<int>> value(static_cast<size_t>(unroll_), std::vector<int>(n_regs, -1));
+    for (int i = 0; i < n_inputs_; ++i)
+      if (scalar_input_[static_cast<size_t>(i)])
+        for (auto& copy_values : value) copy_values[static_cast<size_t>(i)] = scalar_reg_[static_cast<size_t>(i)];
+    for (size_t k = 0; k < program_.size(); ++k) {
+      const ScalarInstruction& ins = program_[k];
+      for (int u = 0; u < unroll_; ++u) {
+        std::vector<int>& v = value[static_cast<size_t>(u)];
+        std::vector<Xmm> args;
+        for (int a : ins.args) {
+          int& r = v[static_cast<size_t>(a)];
+          if (r < 0) {  // an input read in place, loaded at its first use
+            r = take();
+            load(vreg(r), ptr[input_ptr_[static_cast<size_t>(a)] + rdx + u * vector_bytes_]);
+          }
+          args.push_back(vreg(r));
+        }
+        const int out = take();
+        emit_instruction(ins, vreg(out), args);
+        v[static_cast<size_t>(n_inputs_) + k] = out;
+        if (last_read_[static_cast<size_t>(n_inputs_) + k] < 0) free_[static_cast<size_t>(out)] = true;  // never read
+        for (int a : ins.args) {
+          const size_t ar = static_cast<size_t>(a);
+          const bool scalar = a < n_inputs_ && scalar_input_[ar];
+          if (!scalar && last_read_[ar] == static_cast<int>(k) && v[ar] >= 0) {
+            free_[static_cast<size_t>(v[ar])] = true;
+            v[ar] = -1;
+          }
+        }
+      }
+    }
+    for (int u = 0; u < unroll_; ++u) {
+      int& r = value[static_cast<size_t>(u)].back();
+      const Xbyak::Address at = ptr[rsi + rdx + u * vector_bytes_];
+      if (nontemporal) f64_ ? vmovntpd(at, vreg(r)) : vmovntps(at, vreg(r));
+      else f64_ ? vmovupd(at, vreg(r)) : vmovups(at, vreg(r));
+      free_[static_cast<size_t>(r)] = true;
+    }
+  }
+
+  void emit_function() {
+    // Pointers of the inputs read in place, in registers the body leaves alone (rdi: end, rsi: out,
+    // rdx: offset); the callee-saved ones are saved.
+    const Xbyak::Reg64 candidates[] = {r8, r9, r10, r11, rax, rcx, rbx, rbp, r12, r13, r14, r15};
+    const Xbyak::Reg64 callee_saved[] = {rbx, rbp, r12, r13, r14, r15};
+    input_ptr_.assign(static_cast<size_t>(n_inputs_), Xbyak::Reg64());
+    scalar_reg_.assign(static_cast<size_t>(n_inputs_), -1);
+    size_t used = 0;
+    for (int i = 0; i < n_inputs_; ++i)
+      if (!scalar_input_[static_cast<size_t>(i)]) {
+        if (used == std::size(candidates)) throw Unsupported{};
+        input_ptr_[static_cast<size_t>(i)] = candidates[used++];
+      }
+    std::vector<Xbyak::Reg64> saved;
+    for (const Xbyak::Reg64& r : callee_saved)
+      for (size_t c = 0; c < used; ++c)
+        if (candidates[c] == r) saved.push_back(r);
+    for (const Xbyak::Reg64& r : saved) push(r);
+    Xbyak::Label regular, streaming, done;
+    mov(byte[rsp - 8], cl);  // the nontemporal flag, in the red zone (no call follows) while rcx holds a pointer
+    for (int i = 0; i < n_inputs_; ++i) {
+      const size_t s = static_cast<size_t>(i);
+      if (scalar_input_[s]) {
+        scalar_reg_[s] = take();
+        mov(rax, ptr[rdx + 8 * i]);
+        if (isa_ == Isa::avx512) {
+          const Xbyak::Zmm z(scalar_reg_[s]);
+          f64_ ? vbroadcastsd(z, ptr[rax]) : vbroadcastss(z, ptr[rax]);
+        } else {
+          const Xbyak::Ymm y(scalar_reg_[s]);
+          f64_ ? vbroadcastsd(y, ptr[rax]) : vbroadcastss(y, ptr[rax]);
+        }
+      }
+    }
+    for (int i = 0; i < n_inputs_; ++i)
+      if (!scalar_input_[static_cast<size_t>(i)] && input_ptr_[static_cast<size_t>(i)] != rax)
+        mov(input_ptr_[static_cast<size_t>(i)], ptr[rdx + 8 * i]);
+    for (int i = 0; i < n_inputs_; ++i)  // rax last: it carried the scalars' addresses
+      if (!scalar_input_[static_cast<size_t>(i)] && input_ptr_[static_cast<size_t>(i)] == rax)
+        mov(rax, ptr[rdx + 8 * i]);
+    shl(rdi, f64_ ? 3 : 2);
+    xor_(edx, edx);
+    test(rdi, rdi);
+    jz(done, T_NEAR);
+    cmp(byte[rsp - 8], 0);
+    jne(streaming, T_NEAR);
+    L(regular);
+    emit_body(false);
+    add(rdx, static_cast<uint32_t>(vector_bytes_ * unroll_));
+    cmp(rdx, rdi);
+    jb(regular, T_NEAR);
+    jmp(done, T_NEAR);
+    L(streaming);
+    emit_body(true);
+    add(rdx, static_cast<uint32_t>(vector_bytes_ * unroll_));
+    cmp(rdx, rdi);
+    jb(streaming, T_NEAR);
+    L(done);
+    vzeroupper();
+    for (auto r = saved.rbegin(); r != saved.rend(); ++r) pop(*r);
+    ret();
+    align(64);
+    L(pool_label_);
+    for (uint8_t b : pool_) db(b);
+  }
+
+  const std::vector<ScalarInstruction>& program_;
+  int n_inputs_;
+  std::vector<bool> scalar_input_;
+  Isa isa_;
+  int unroll_;
+  bool f64_ = false;
+  int element_bytes_ = 4, vector_bytes_ = 32, n_vregs_ = 16;
+  std::vector<bool> free_;
+  std::vector<int> last_read_;
+  std::vector<Xbyak::Reg64> input_ptr_;
+  std::vector<int> scalar_reg_;
+  Xbyak::Label pool_label_;
+  std::map<std::pair<uint64_t, int>, size_t> pool_offset_;
+  std::vector<uint8_t> pool_;
+};
+
+class JitProgram final : public CompiledProgram {
+ public:
+  JitProgram(std::unique_ptr<ProgramEmitter> code, Isa isa)
+      : code_(std::move(code)),
+        entry_(code_->getCode<void (*)(int64_t, void*, const void* const*, int)>()),
+        step_(code_->step()),
+        isa_(isa) {}
+  void run(int64_t n, void* out, const void* const* inputs, bool nontemporal) const override {
+    entry_(n, out, inputs, nontemporal ? 1 : 0);
+  }
+  int64_t step() const override { return step_; }
+  Isa isa() const override { return isa_; }
+
+ private:
+  std::unique_ptr<ProgramEmitter> code_;
+  void (*entry_)(int64_t, void*, const void* const*, int);
+  int64_t step_;
+  Isa isa_;
+};
+
+}  // namespace
+
+std::unique_ptr<const CompiledProgram> CompiledProgram::compile(const std::vector<ScalarInstruction>& program,
+                                                                std::span<const DType> input_dtypes,
+                                                                const std::vector<bool>& scalar_input, Isa isa) {
+  if (isa == Isa::baseline || program.empty()) return nullptr;
+  // The widest unroll whose registers fit: four independent copies hide the latency of a chain.
+  for (int unroll : {4, 2, 1}) {
+    try {
+      auto code = std::make_unique<ProgramEmitter>(program, input_dtypes, scalar_input, isa, unroll);
+      return std::make_unique<JitProgram>(std::move(code), isa);
+    } catch (const OutOfRegisters&) {
+      continue;
+    } catch (const Unsupported&) {
+      return nullptr;
+    } catch (const Xbyak::Error&) {
+      return nullptr;  // no executable memory (a hardened system): the interpreter runs it
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace kiln
