@@ -8,7 +8,9 @@
 #include "ops/scalar_math.hpp"
 #include "ops/stable_forms.hpp"
 #include "tensor/dispatch.hpp"
+#include "tensor/isa.hpp"
 #include "tensor/nd_loop.hpp"
+#include "tensor/parallel.hpp"
 
 namespace kiln {
 
@@ -211,25 +213,47 @@ class CheckedLabels {
   const Tensor& labels_;
 };
 
-// Calls row_fn(row pointer, row stride, row length, label, i) for each row of a 2-D x.
-template <class T, class F> void for_each_row(const Tensor& x, const CheckedLabels& labels, F row_fn) {
-  const T* px = reinterpret_cast<const T*>(x.storage()->data());
-  for (int64_t i = 0; i < labels.size(); ++i) row_fn(px + x.offset() + i * x.strides()[0], x.strides()[1], x.shape()[1], labels[i], i);
-}
-
-// A row's log-sum-exp as its maximum and the log of the shifted sum, kept apart: adding them
-// first would round the small second part to the precision of the large first one.
-template <class T> struct RowLogSumExp {
-  T max;
-  double log_sum;
-};
-template <class T> RowLogSumExp<T> row_logsumexp(const T* row, int64_t stride, int64_t n) {
-  T mx = -std::numeric_limits<T>::infinity();
-  for (int64_t j = 0; j < n; ++j) mx = std::max(mx, row[j * stride]);
-  if (!std::isfinite(mx)) return {mx, 0};
-  double total = 0;
-  for (int64_t j = 0; j < n; ++j) total += std::exp(static_cast<double>(row[j * stride] - mx));
-  return {mx, std::log(total)};
+// The softmax parts of every row of a 2-D x, for the fused cross-entropies: each row's maximum
+// and, in exps (row-major, x's shape; it may be x itself), exp(x - max). f32 rows use kiln's
+// vectorizable exp (within an ulp or two), f64 rows libm's; rows are split over threads when there
+// are enough. row_fn(i, max, total) then finishes row i, total being the sum of its exps in f64.
+// Rows go in groups: each row's maximum is taken before its exps overwrite it.
+template <class T, class F> void for_each_softmax_row(const Tensor& x, T* exps, F row_fn) {
+  const T* px = reinterpret_cast<const T*>(x.storage()->data()) + x.offset();
+  const int64_t rows = x.shape()[0], n = x.shape()[1], rs = x.strides()[0], cs = x.strides()[1];
+  constexpr int64_t kGroup = 64;
+  auto run_rows = [&](int64_t first, int64_t last) {
+    T maxima[kGroup];
+    for (int64_t g = first; g < last; g += kGroup) {
+      const int64_t group_end = std::min(last, g + kGroup);
+      for_this_cpu([&] {
+        for (int64_t i = g; i < group_end; ++i) {
+          const T* row = px + i * rs;
+          T* e = exps + i * n;
+          T mx = -std::numeric_limits<T>::infinity();
+          for (int64_t j = 0; j < n; ++j) mx = std::max(mx, row[j * cs]);
+          maxima[i - g] = mx;
+          for (int64_t j = 0; j < n; ++j) e[j] = row[j * cs] - mx;
+        }
+        T* e = exps + g * n;
+        const int64_t count = (group_end - g) * n;
+        if constexpr (std::is_same_v<T, float>) {
+#pragma omp simd
+          for (int64_t j = 0; j < count; ++j) e[j] = fastmath::exp_f32(e[j]);
+        } else {
+          for (int64_t j = 0; j < count; ++j) e[j] = std::exp(e[j]);
+        }
+      });
+      for (int64_t i = g; i < group_end; ++i) {
+        double total = 0;
+        for (int64_t j = 0; j < n; ++j) total += exps[i * n + j];
+        row_fn(i, maxima[i - g], total);
+      }
+    }
+  };
+  const int threads = rows * n >= (1 << 14) && !omp_in_parallel() ? static_cast<int>(std::min<int64_t>(num_threads(), rows)) : 1;
+  if (threads <= 1) return run_rows(0, rows);
+  parallel_region(threads, [&](int t, int nt) { run_rows(rows * t / nt, rows * (t + 1) / nt); });
 }
 
 class SoftmaxKernel final : public KernelOf<Softmax> {
@@ -334,15 +358,23 @@ class OneHotKernel final : public KernelOf<OneHot> {
 class CrossEntropySoftmaxKernel final : public KernelOf<CrossEntropySoftmax> {
  public:
   using KernelOf::KernelOf;
-  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+  // The rows' exps.
+  int64_t scratch_bytes(const std::vector<Shape>& inputs, const std::vector<Shape>&) const override {
+    return shape_numel(inputs[0]) * static_cast<int64_t>(dtype_size(output_dtype(0)));
+  }
+  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte> scratch) const override {
     const Tensor& x = in[0];
     const CheckedLabels labels(in[1], x.shape()[1], "crossentropy_softmax");
     dispatch_float(x.dtype(), "crossentropy_softmax", [&](auto tag) {
       using T = decltype(tag);
       T* po = out[0].data<T>();
-      for_each_row<T>(x, labels, [&](const T* row, int64_t stride, int64_t n, int64_t label, int64_t i) {
-        const RowLogSumExp<T> lse = row_logsumexp(row, stride, n);
-        po[i] = static_cast<T>(static_cast<double>(lse.max - row[label * stride]) + lse.log_sum);
+      const T* px = reinterpret_cast<const T*>(x.storage()->data()) + x.offset();
+      // -log softmax(x)_label = (max - x_label) + log(total), the two parts kept apart: adding them
+      // first would round the small second part to the precision of the large first one.
+      for_each_softmax_row<T>(x, reinterpret_cast<T*>(scratch.data()), [&](int64_t i, T mx, double total) {
+        const T label_value = px[i * x.strides()[0] + labels[i] * x.strides()[1]];
+        po[i] = std::isfinite(mx) ? static_cast<T>(static_cast<double>(mx - label_value) + std::log(total))
+                                  : static_cast<T>(mx - label_value);
       });
     });
   }
@@ -358,13 +390,15 @@ class CrossEntropySoftmaxGradKernel final : public KernelOf<CrossEntropySoftmaxG
       using T = decltype(tag);
       T* po = out[0].data<T>();
       const T* pg = reinterpret_cast<const T*>(g.storage()->data());
-      for_each_row<T>(x, labels, [&](const T* row, int64_t stride, int64_t n, int64_t label, int64_t i) {
-        const RowLogSumExp<T> lse = row_logsumexp(row, stride, n);
+      const int64_t n = x.shape()[1];
+      // g_i (softmax(x)_i - onehot(label_i)), the exps computed in the output itself (a row whose
+      // maximum is not finite: g_i exp(x - max), as its log-sum-exp is then the maximum).
+      for_each_softmax_row<T>(x, po, [&](int64_t i, T mx, double total) {
         const T gi = pg[g.offset() + i * g.strides()[0]];
+        const double divisor = std::isfinite(mx) ? total : 1.0;
         T* orow = po + i * n;
-        for (int64_t j = 0; j < n; ++j)
-          orow[j] = gi * static_cast<T>(std::exp(static_cast<double>(row[j * stride] - lse.max) - lse.log_sum));
-        orow[label] -= gi;
+        for (int64_t j = 0; j < n; ++j) orow[j] = gi * static_cast<T>(orow[j] / divisor);
+        orow[labels[i]] -= gi;
       });
     });
   }
