@@ -13,6 +13,8 @@ set(KILN_SOURCES
   src/ops/elemwise.cpp
   src/ops/reduce.cpp
   src/ops/blas.cpp
+  src/ops/gemm_choice.cpp
+  src/ops/openblas.cpp
   src/ops/shape.cpp
   src/ops/subtensor.cpp
   src/ops/join.cpp

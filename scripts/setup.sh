@@ -4,7 +4,7 @@
 # the reference BLAS (libblas3), some 20x slower, which would make every ratio fake.
 # Runs apt-get as root, or through sudo when it is there.
 set -euo pipefail
-packages=(cmake g++ make libgtest-dev libbenchmark-dev zlib1g-dev libeigen3-dev libdnnl-dev libxbyak-dev dataset-fashion-mnist graphviz qemu-user)
+packages=(cmake g++ make libgtest-dev libbenchmark-dev zlib1g-dev libeigen3-dev libdnnl-dev libxbyak-dev libopenblas0-openmp dataset-fashion-mnist graphviz qemu-user)
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(libtorch-dev libopenblas0-pthread)
 fi

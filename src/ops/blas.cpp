@@ -9,12 +9,15 @@
 
 #include "kiln/ops.hpp"
 #include "ops/elemwise.hpp"
+#include "ops/gemm_choice.hpp"
+#include "ops/openblas.hpp"
 #include "ops/reduce.hpp"
 #include "ops/shape.hpp"
 #include "tensor/copy.hpp"
 #include "tensor/dispatch.hpp"
 #include "tensor/isa.hpp"
 #include "tensor/parallel.hpp"
+#include "tensor/small_vector.hpp"
 
 namespace kiln {
 
@@ -206,32 +209,81 @@ void rank1_update(int64_t m, int64_t n, T alpha, const T* a, int64_t sa, const T
 // Products below this many multiply-adds run on one thread: waking a second costs more.
 constexpr int64_t kThreadedProduct = int64_t{1} << 18;
 
+// The threads a product of this size uses.
+int product_threads(int64_t m, int64_t n, int64_t k) { return m * n * k < kThreadedProduct ? 1 : omp_get_max_threads(); }
+
 // oneDNN's JIT gemm wins from two rows up; for a single row kiln's gemv streams the matrix once
-// and matches the best on one thread. A threaded single row is faster alone but slows the rest of
-// a small step: the other thread spins on after it (bench/gemm.cpp, docs/performance.md).
+// and matches the best on one thread (bench/gemm.cpp, docs/performance.md). kiln's kernels get
+// their scratch (gemm_scratch_bytes) exactly where oneDNN is not a candidate.
 bool use_onednn(DType dtype, int64_t m, int64_t n, int64_t k) {
   return dtype == DType::f32 && m >= 2 && !(n <= kVector<float> && k <= kVector<float>);
 }
 
-// oneDNN sizes its team from omp_get_max_threads() of the calling thread: a small product is
-// held to one thread for the call.
-void onednn_sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-                  const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  const int threads = omp_get_max_threads();
-  const bool single = threads > 1 && m * n * k < kThreadedProduct;
-  if (single) omp_set_num_threads(1);
-  const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  if (single) omp_set_num_threads(threads);
-  if (st != dnnl_success) throw Error("gemm: oneDNN sgemm failed with status " + std::to_string(st));
+// The libraries that may run a product, the first being the one used when none is timed: oneDNN
+// where it pays, else kiln's own kernels; OpenBLAS beside either where it is installed.
+template <class T> SmallVector<GemmLibrary, 3> gemm_candidates(int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb, int64_t ldc) {
+  SmallVector<GemmLibrary, 3> candidates;
+  candidates.push_back(use_onednn(dtype_of<T>(), m, n, k) ? GemmLibrary::onednn : GemmLibrary::own);
+  constexpr int64_t kIntMax = 0x7fffffff;
+  if (openblas() && std::max({m, n, k, lda, ldb, ldc}) <= kIntMax) candidates.push_back(GemmLibrary::openblas);
+  return candidates;
 }
 
-// C = alpha op(A) op(B) + beta C, operands in BLAS layouts, k >= 1.
+// Runs fn with OpenMP held to the product's threads (oneDNN and OpenBLAS size their teams from
+// omp_get_max_threads() of the calling thread).
+template <class Fn> void with_product_threads(int64_t m, int64_t n, int64_t k, Fn fn) {
+  const int threads = omp_get_max_threads();
+  const bool single = threads > 1 && product_threads(m, n, k) == 1;
+  if (single) omp_set_num_threads(1);
+  try {
+    fn();
+  } catch (...) {
+    if (single) omp_set_num_threads(threads);
+    throw;
+  }
+  if (single) omp_set_num_threads(threads);
+}
+
+// C = alpha op(A) op(B) + beta C on one library, operands in BLAS layouts, k >= 1.
+template <class T>
+void run_gemm_kernel(GemmLibrary kernel, bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+                     const T* b, int64_t ldb, T beta, T* c, int64_t ldc, T* scratch) {
+  if (kernel == GemmLibrary::own) return small_gemm<T>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, scratch);
+  with_product_threads(m, n, k, [&] {
+    if (kernel == GemmLibrary::openblas) {
+      const OpenBlas& blas = *openblas();
+      const int to = ta ? kCblasTrans : kCblasNoTrans, bo = tb ? kCblasTrans : kCblasNoTrans;
+      auto i = [](int64_t v) { return static_cast<int>(v); };
+      if constexpr (std::is_same_v<T, float>) blas.sgemm(kCblasRowMajor, to, bo, i(m), i(n), i(k), alpha, a, i(lda), b, i(ldb), beta, c, i(ldc));
+      else blas.dgemm(kCblasRowMajor, to, bo, i(m), i(n), i(k), alpha, a, i(lda), b, i(ldb), beta, c, i(ldc));
+      return;
+    }
+    if constexpr (std::is_same_v<T, float>) {
+      const dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      if (st != dnnl_success) throw Error("gemm: oneDNN sgemm failed with status " + std::to_string(st));
+    }
+  });
+}
+
+// C = alpha op(A) op(B) + beta C, operands in BLAS layouts, k >= 1: on the library measured
+// fastest for this product on this CPU (ops/gemm_choice.hpp), timed on a private C the first time.
 template <class T>
 void blas_product(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
                   int64_t ldb, T beta, T* c, int64_t ldc, T* scratch) {
-  if constexpr (std::is_same_v<T, float>)
-    if (use_onednn(DType::f32, m, n, k)) return onednn_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  small_gemm<T>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, scratch);
+  const SmallVector<GemmLibrary, 3> candidates = gemm_candidates<T>(m, n, k, lda, ldb, ldc);
+  GemmLibrary kernel = candidates[0];
+  if (candidates.size() > 1) {
+    const GemmShape shape{dtype_of<T>(), ta, tb, m, n, k, product_threads(m, n, k)};
+    if (const auto known = known_gemm(shape)) {
+      if (std::ranges::find(candidates, *known) != candidates.end()) kernel = *known;
+    } else {
+      std::vector<T> trial_c(static_cast<size_t>(m * n));
+      kernel = measure_gemm(shape, std::span<const GemmLibrary>(candidates.begin(), candidates.end()), [&](GemmLibrary candidate) {
+        run_gemm_kernel<T>(candidate, ta, tb, m, n, k, alpha, a, lda, b, ldb, T(0), trial_c.data(), n, scratch);
+      });
+    }
+  }
+  run_gemm_kernel<T>(kernel, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, scratch);
 }
 
 // The same for operands with no BLAS layout (a broadcast, a stepped slice): blocks of A and B are

@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "ops/composite_jit.hpp"
@@ -166,14 +167,6 @@ template <Isa isa> BlockLoop loop_for(const ScalarInstruction& ins, std::span<co
   });
 }
 
-BlockLoop loop_for(const ScalarInstruction& ins, std::span<const DType> arg_dtypes) {
-  switch (active_isa()) {
-    case Isa::avx512: return loop_for<Isa::avx512>(ins, arg_dtypes);
-    case Isa::avx2: return loop_for<Isa::avx2>(ins, arg_dtypes);
-    case Isa::baseline: break;
-  }
-  return loop_for<Isa::baseline>(ins, arg_dtypes);
-}
 
 // Copies block [start, start+n) of a broadcast input (row-major order of `shape`) into dst.
 void gather(const InputPlan& in, std::span<const int64_t> shape, int64_t start, int64_t n, size_t elem, std::byte* dst) {
@@ -278,6 +271,16 @@ class CompositeKernel final : public KernelOf<Composite> {
     for (const Var& in : node.inputs)
       scalar_input_.push_back(std::ranges::all_of(in.type().broadcastable, [](bool b) { return b; }));
     compiled_ = CompiledProgram::compile(this->op().program(), input_dtypes, scalar_input_, active_isa());
+    for (const ScalarInstruction& ins : this->op().program()) {
+      std::vector<DType> arg_dtypes;
+      for (int a : ins.args) arg_dtypes.push_back(reg_dtype_[static_cast<size_t>(a)]);
+      loops_[static_cast<size_t>(Isa::baseline)].push_back(loop_for<Isa::baseline>(ins, arg_dtypes));
+      loops_[static_cast<size_t>(Isa::avx2)].push_back(loop_for<Isa::avx2>(ins, arg_dtypes));
+      loops_[static_cast<size_t>(Isa::avx512)].push_back(loop_for<Isa::avx512>(ins, arg_dtypes));
+      first_arg_.push_back(static_cast<uint32_t>(n_args_));
+      n_args_ += ins.args.size();
+    }
+    first_arg_.push_back(static_cast<uint32_t>(n_args_));
   }
 
   // Per thread, the register blocks and the partial sums of a reduction; as many threads as a run
@@ -294,6 +297,27 @@ class CompositeKernel final : public KernelOf<Composite> {
   void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte> scratch) const override;
 
  private:
+  // The whole output by the compiled loop, when every input is read in place or is one value: no
+  // block, no scratch; threads take ranges aligned for streaming stores.
+  void run_compiled(const CompiledProgram& compiled, std::span<const InputPlan> plans, int64_t total, Tensor& o,
+                    bool streaming) const {
+    const size_t result_es = dtype_size(reg_dtype_.back());
+    auto run_range = [&](int64_t start, int64_t end) {
+      SmallVector<const void*, 16> inputs(plans.size(), nullptr);
+      for (size_t i = 0; i < plans.size(); ++i)
+        inputs[i] = plans[i].base + (scalar_input_[i] ? 0 : start * static_cast<int64_t>(dtype_size(reg_dtype_[i])));
+      compiled.run(end - start, o.raw_data() + start * static_cast<int64_t>(result_es), inputs.data(), streaming);
+      if (streaming) _mm_sfence();
+    };
+    const int threads = std::max(omp_get_max_threads(), 1);
+    if (threads == 1 || total < kParallelElements || omp_in_parallel()) return run_range(0, total);
+    constexpr int64_t kAlign = 64;  // elements: a multiple of 64 bytes for any dtype
+    const int64_t chunks = (total + kAlign - 1) / kAlign;
+    parallel_region(threads, [&](int t, int nt) {
+      run_range(std::min(total, chunks * t / nt * kAlign), std::min(total, chunks * (t + 1) / nt * kAlign));
+    });
+  }
+
   // Each input has a block of its own (filled when it is broadcast); each computed register takes
   // a block that no later instruction reads, never one of its own operands (the loops then never
   // see a destination that overlaps a source). The block length keeps all blocks within kL1Bytes.
@@ -344,8 +368,13 @@ class CompositeKernel final : public KernelOf<Composite> {
   std::vector<DType> reg_dtype_;
   std::vector<bool> scalar_input_;
   // The program as machine code for the instruction set active when the node was compiled; the
-  // interpreter runs it under any other (and the elements short of a whole step).
+  // interpreter runs it under any other.
   std::unique_ptr<const CompiledProgram> compiled_;
+  // Per instruction set, each instruction's loop for the interpreter; where each one's operands
+  // start in the flat operand list.
+  std::array<std::vector<BlockLoop>, 3> loops_;
+  std::vector<uint32_t> first_arg_;
+  size_t n_args_ = 0;
   std::vector<int> block_of_reg_;
   int n_blocks_ = 0;
   size_t element_bytes_ = 1;
@@ -378,23 +407,23 @@ void CompositeKernel::run(std::span<const Tensor> in, std::span<Tensor> out, std
       for (int64_t d = 0; d < t.ndim(); ++d) strides[d + nd - t.ndim()] = t.shape()[d] == 1 ? 0 : t.strides()[d];
     plans.push_back({feed, t.raw_data(), strides});
   }
-  // Per instruction, its loop and its operands, laid out once per run: a block only moves the
-  // operands that read inputs in place and the destination that is the output itself.
-  SmallVector<BlockLoop, 32> loops;
-  SmallVector<uint32_t, 33> first_arg;
+  const bool reducing = reduction.has_value();
+  const bool streaming = !reducing && static_cast<int64_t>(o.nbytes()) >= kStreamingBytes &&
+                         reinterpret_cast<uintptr_t>(o.raw_data()) % 64 == 0;
+  const CompiledProgram* compiled = compiled_ && compiled_->isa() == active_isa() ? compiled_.get() : nullptr;
+  bool whole_ranges = compiled && !reducing;
+  for (int i = 0; i < n_inputs; ++i) whole_ranges = whole_ranges && (plans[i].feed == Feed::direct || scalar_input_[i]);
+  if (whole_ranges) return run_compiled(*compiled, plans, total, o, streaming);
+
+  // Per instruction, its operands, laid out once per run (a block only moves the operands that
+  // read inputs in place and the destination that is the output itself), and its loop.
+  const BlockLoop* loops = loops_[static_cast<size_t>(active_isa())].data();
   SmallVector<Operand, 64> operands;
-  {
-    SmallVector<DType, 8> arg_dtypes;
-    for (const ScalarInstruction& ins : program) {
-      arg_dtypes.clear();
-      for (int a : ins.args) arg_dtypes.push_back(reg_dtype_[a]);
-      loops.push_back(loop_for(ins, arg_dtypes));
-      first_arg.push_back(static_cast<uint32_t>(operands.size()));
-      const bool binary = ins.args.size() >= 2 && ins.op != ScalarOp::fill && ins.op != ScalarOp::where;
-      for (int a : ins.args) operands.push_back({nullptr, binary && a < n_inputs && plans[a].feed == Feed::splat});
-    }
-    first_arg.push_back(static_cast<uint32_t>(operands.size()));
+  for (const ScalarInstruction& ins : program) {
+    const bool binary = ins.args.size() >= 2 && ins.op != ScalarOp::fill && ins.op != ScalarOp::where;
+    for (int a : ins.args) operands.push_back({nullptr, binary && a < n_inputs && plans[a].feed == Feed::splat});
   }
+  const uint32_t* first_arg = first_arg_.data();
 
   // Reduction bookkeeping: each element of a block adds to out[index / inner] (trailing axes) or
   // out[index % outer] (leading axes); all axes is the trailing case with one output.
@@ -407,21 +436,14 @@ void CompositeKernel::run(std::span<const Tensor> in, std::span<Tensor> out, std
     if (leading) reduce_modulus = total / std::max<int64_t>(reduced_count, 1);
     else reduce_divisor = std::max<int64_t>(reduced_count, 1);
   }
-  const bool reducing = reduction.has_value();
-  const bool streaming = !reducing && static_cast<int64_t>(o.nbytes()) >= kStreamingBytes &&
-                         reinterpret_cast<uintptr_t>(o.raw_data()) % 64 == 0;
   const int64_t n_out = reducing ? o.numel() : 0;
   const int64_t block = block_of(total);
   const size_t per_thread = thread_bytes(block, n_out);
   const size_t stride = block_stride(block);
 
-  const CompiledProgram* compiled = compiled_ && compiled_->isa() == active_isa() ? compiled_.get() : nullptr;
   // The compiled loop writes the output itself (with streaming stores where the interpreter would
   // stream a block), so only the interpreter without it stages the result in a block.
   const bool stage_result = reducing || (streaming && !compiled);
-  // Whole ranges go to the compiled loop at once when no input needs a block of its own.
-  bool whole_ranges = compiled && !reducing;
-  for (int i = 0; i < n_inputs; ++i) whole_ranges = whole_ranges && (plans[i].feed == Feed::direct || scalar_input_[i]);
   const size_t result_es = dtype_size(result_dtype);
 
   auto run_blocks = [&](std::byte* base, int64_t first_block, int64_t last_block, double* partial) {
@@ -435,33 +457,11 @@ void CompositeKernel::run(std::span<const Tensor> in, std::span<Tensor> out, std
         for (int64_t k = 0; k < block; ++k) std::memcpy(dst + k * es, plans[i].base, es);
       }
     SmallVector<Operand, 64> args = operands;
-    SmallVector<void*, 32> dsts(program.size(), nullptr);
+    SmallVector<void*, 32> dsts;
+    for (size_t k = 0; k < program.size(); ++k) dsts.push_back(block_ptr(static_cast<size_t>(n_inputs) + k));
     SmallVector<const void*, 16> compiled_inputs(static_cast<size_t>(n_inputs), nullptr);
-    // Elements [skip, n) of the values in reg (inputs at element 0 of the block), the result to
-    // `result`: the interpreter, instruction by instruction over blocks. Every register takes the
-    // same elements of its block, so none overwrites what the compiled loop wrote before skip
-    // (registers share blocks).
-    auto interpret = [&](int64_t skip, int64_t n, std::byte* result) {
-      SmallVector<const void*, 16> saved(static_cast<size_t>(n_inputs), nullptr);
-      for (int i = 0; i < n_inputs; ++i) {
-        saved[i] = reg[i];
-        if (plans[i].feed != Feed::splat) reg[i] = static_cast<const std::byte*>(reg[i]) + skip * static_cast<int64_t>(dtype_size(reg_dtype_[i]));
-      }
-      for (size_t k = 0; k + 1 < program.size(); ++k) {
-        const size_t r = static_cast<size_t>(n_inputs) + k;
-        dsts[k] = block_ptr(r) + skip * static_cast<int64_t>(dtype_size(reg_dtype_[r]));
-      }
-      dsts.back() = result;
-      for (size_t k = 0; k < program.size(); ++k) {
-        const uint32_t first = first_arg[k], count = first_arg[k + 1] - first;
-        for (uint32_t j = 0; j < count; ++j) args[first + j].data = reg[program[k].args[j]];
-        loops[k](n - skip, dsts[k], args.data() + first, count);
-        reg[static_cast<size_t>(n_inputs) + k] = dsts[k];
-      }
-      for (int i = 0; i < n_inputs; ++i) reg[i] = saved[i];
-    };
-    // Elements [start, start + n) of everything, n at most one block: the inputs fed, the compiled
-    // loop over the whole steps, the interpreter over the rest; the result in place (or staged in
+    // Elements [start, start + n) of everything, n at most one block: the inputs fed, the program
+    // run (compiled, or instruction by instruction over blocks), the result in place (or staged in
     // its block, which reg then names).
     auto run_range = [&](int64_t start, int64_t n) {
       for (int i = 0; i < n_inputs; ++i) {
@@ -475,24 +475,20 @@ void CompositeKernel::run(std::span<const Tensor> in, std::span<Tensor> out, std
       }
       std::byte* result = stage_result ? block_ptr(static_cast<size_t>(result_reg))
                                        : o.raw_data() + start * static_cast<int64_t>(result_es);
-      int64_t done = 0;
       if (compiled) {
-        done = n - n % compiled->step();
         for (int i = 0; i < n_inputs; ++i) compiled_inputs[i] = scalar_input_[i] ? plans[i].base : reg[i];
-        compiled->run(done, result, compiled_inputs.data(), streaming);
+        compiled->run(n, result, compiled_inputs.data(), streaming);
+      } else {
+        dsts.back() = result;
+        for (size_t k = 0; k < program.size(); ++k) {
+          const uint32_t first = first_arg[k], count = first_arg[k + 1] - first;
+          for (uint32_t j = 0; j < count; ++j) args[first + j].data = reg[program[k].args[j]];
+          loops[k](n, dsts[k], args.data() + first, count);
+          reg[static_cast<size_t>(n_inputs) + k] = dsts[k];
+        }
       }
-      if (done < n) interpret(done, n, result + done * static_cast<int64_t>(result_es));
       reg[result_reg] = result;
     };
-    if (whole_ranges) {
-      const int64_t start = first_block * block, end = std::min(last_block * block, total);
-      const int64_t whole = (end - start) - (end - start) % compiled->step();
-      for (int i = 0; i < n_inputs; ++i)
-        compiled_inputs[i] = plans[i].base + (scalar_input_[i] ? 0 : start * static_cast<int64_t>(dtype_size(reg_dtype_[i])));
-      compiled->run(whole, o.raw_data() + start * static_cast<int64_t>(result_es), compiled_inputs.data(), streaming);
-      if (start + whole < end) run_range(start + whole, end - start - whole);
-      return;
-    }
     for (int64_t b = first_block; b < last_block; ++b) {
       const int64_t start = b * block, n = std::min(block, total - start);
       // Hardware prefetchers stop at page boundaries and a block is about a page: fetch the next

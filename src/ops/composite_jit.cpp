@@ -50,8 +50,6 @@ class ProgramEmitter : public Xbyak::CodeGenerator {
     ready(Xbyak::CodeArray::PROTECT_RE);
   }
 
-  int64_t step() const { return static_cast<int64_t>(vector_bytes_ / element_bytes_) * unroll_; }
-
  private:
   using Xmm = Xbyak::Xmm;
 
@@ -254,24 +252,42 @@ class ProgramEmitter : public Xbyak::CodeGenerator {
     }
   }
 
-  // One pass of the loop body: unroll copies of the program, instruction by instruction (the
-  // copies are independent, so their latencies overlap), then the stores.
-  void emit_body(bool nontemporal) {
+  // How the body reads and writes memory: whole vectors (plain or streaming stores), or the
+  // lanes of the tail's mask (AVX-512: k2; AVX2: the vector register tail_mask_), which also
+  // keeps the loads from touching memory past the end.
+  enum class Access { whole, streaming, masked };
+
+  void load_input(const Xmm& d, const Xbyak::Address& at, Access access) {
+    if (access != Access::masked) return load(d, at);
+    if (isa_ == Isa::avx512) f64_ ? vmovupd(d | k2 | T_z, at) : vmovups(d | k2 | T_z, at);
+    else f64_ ? vmaskmovpd(d, vreg(tail_mask_), at) : vmaskmovps(d, vreg(tail_mask_), at);
+  }
+  void store_result(const Xbyak::Address& at, const Xmm& r, Access access) {
+    if (access == Access::streaming) f64_ ? vmovntpd(at, r) : vmovntps(at, r);
+    else if (access == Access::whole) f64_ ? vmovupd(at, r) : vmovups(at, r);
+    else if (isa_ == Isa::avx512) f64_ ? vmovupd(at | k2, r) : vmovups(at | k2, r);
+    else f64_ ? vmaskmovpd(at, vreg(tail_mask_), r) : vmaskmovps(at, vreg(tail_mask_), r);
+  }
+
+  // One pass of the loop body: `copies` copies of the program over consecutive vectors,
+  // instruction by instruction (the copies are independent, so their latencies overlap), then the
+  // stores.
+  void emit_body(int copies, Access access) {
     const size_t n_regs = static_cast<size_t>(n_inputs_) + program_.size();
-    std::vector<std::vector<int>> value(static_cast<size_t>(unroll_), std::vector<int>(n_regs, -1));
+    std::vector<std::vector<int>> value(static_cast<size_t>(copies), std::vector<int>(n_regs, -1));
     for (int i = 0; i < n_inputs_; ++i)
       if (scalar_input_[static_cast<size_t>(i)])
         for (auto& copy_values : value) copy_values[static_cast<size_t>(i)] = scalar_reg_[static_cast<size_t>(i)];
     for (size_t k = 0; k < program_.size(); ++k) {
       const ScalarInstruction& ins = program_[k];
-      for (int u = 0; u < unroll_; ++u) {
+      for (int u = 0; u < copies; ++u) {
         std::vector<int>& v = value[static_cast<size_t>(u)];
         std::vector<Xmm> args;
         for (int a : ins.args) {
           int& r = v[static_cast<size_t>(a)];
           if (r < 0) {  // an input read in place, loaded at its first use
             r = take();
-            load(vreg(r), ptr[input_ptr_[static_cast<size_t>(a)] + rdx + u * vector_bytes_]);
+            load_input(vreg(r), ptr[input_ptr_[static_cast<size_t>(a)] + rdx + u * vector_bytes_], access);
           }
           args.push_back(vreg(r));
         }
@@ -289,19 +305,19 @@ class ProgramEmitter : public Xbyak::CodeGenerator {
         }
       }
     }
-    for (int u = 0; u < unroll_; ++u) {
-      int& r = value[static_cast<size_t>(u)].back();
-      const Xbyak::Address at = ptr[rsi + rdx + u * vector_bytes_];
-      if (nontemporal) f64_ ? vmovntpd(at, vreg(r)) : vmovntps(at, vreg(r));
-      else f64_ ? vmovupd(at, vreg(r)) : vmovups(at, vreg(r));
+    for (int u = 0; u < copies; ++u) {
+      const int r = value[static_cast<size_t>(u)].back();
+      store_result(ptr[rsi + rdx + u * vector_bytes_], vreg(r), access);
       free_[static_cast<size_t>(r)] = true;
     }
   }
 
+  // The loop over whole steps of unroll_ vectors (a copy with plain and one with streaming
+  // stores), then the tail a vector at a time under a mask of min(lanes, what is left) lanes.
   void emit_function() {
     // Pointers of the inputs read in place, in registers the body leaves alone (rdi: end, rsi: out,
-    // rdx: offset); the callee-saved ones are saved.
-    const Xbyak::Reg64 candidates[] = {r8, r9, r10, r11, rax, rcx, rbx, rbp, r12, r13, r14, r15};
+    // rdx: offset, rcx and r11: the loop's own arithmetic); the callee-saved ones are saved.
+    const Xbyak::Reg64 candidates[] = {r8, r9, r10, rax, rbx, rbp, r12, r13, r14, r15};
     const Xbyak::Reg64 callee_saved[] = {rbx, rbp, r12, r13, r14, r15};
     input_ptr_.assign(static_cast<size_t>(n_inputs_), Xbyak::Reg64());
     scalar_reg_.assign(static_cast<size_t>(n_inputs_), -1);
@@ -316,50 +332,81 @@ class ProgramEmitter : public Xbyak::CodeGenerator {
       for (size_t c = 0; c < used; ++c)
         if (candidates[c] == r) saved.push_back(r);
     for (const Xbyak::Reg64& r : saved) push(r);
-    Xbyak::Label regular, streaming, done;
-    mov(byte[rsp - 8], cl);  // the nontemporal flag, in the red zone (no call follows) while rcx holds a pointer
+    Xbyak::Label regular, streaming, tail, tail_loop, done, mask_table;
+    mov(r11d, ecx);  // the streaming flag
     for (int i = 0; i < n_inputs_; ++i) {
       const size_t s = static_cast<size_t>(i);
       if (scalar_input_[s]) {
         scalar_reg_[s] = take();
-        mov(rax, ptr[rdx + 8 * i]);
+        mov(rcx, ptr[rdx + 8 * i]);
         if (isa_ == Isa::avx512) {
           const Xbyak::Zmm z(scalar_reg_[s]);
-          f64_ ? vbroadcastsd(z, ptr[rax]) : vbroadcastss(z, ptr[rax]);
+          f64_ ? vbroadcastsd(z, ptr[rcx]) : vbroadcastss(z, ptr[rcx]);
         } else {
           const Xbyak::Ymm y(scalar_reg_[s]);
-          f64_ ? vbroadcastsd(y, ptr[rax]) : vbroadcastss(y, ptr[rax]);
+          f64_ ? vbroadcastsd(y, ptr[rcx]) : vbroadcastss(y, ptr[rcx]);
         }
+      } else {
+        mov(input_ptr_[s], ptr[rdx + 8 * i]);
       }
     }
-    for (int i = 0; i < n_inputs_; ++i)
-      if (!scalar_input_[static_cast<size_t>(i)] && input_ptr_[static_cast<size_t>(i)] != rax)
-        mov(input_ptr_[static_cast<size_t>(i)], ptr[rdx + 8 * i]);
-    for (int i = 0; i < n_inputs_; ++i)  // rax last: it carried the scalars' addresses
-      if (!scalar_input_[static_cast<size_t>(i)] && input_ptr_[static_cast<size_t>(i)] == rax)
-        mov(rax, ptr[rdx + 8 * i]);
-    shl(rdi, f64_ ? 3 : 2);
+    const int shift = f64_ ? 3 : 2;
+    const int step_bytes = vector_bytes_ * unroll_;
+    // rdi: the end (bytes), rcx: the end of the whole steps.
+    shl(rdi, shift);
+    mov(rcx, rdi);
+    and_(rcx, -step_bytes);
     xor_(edx, edx);
-    test(rdi, rdi);
-    jz(done, T_NEAR);
-    cmp(byte[rsp - 8], 0);
-    jne(streaming, T_NEAR);
+    test(rcx, rcx);
+    jz(tail, T_NEAR);
+    test(r11d, r11d);
+    jnz(streaming, T_NEAR);
     L(regular);
-    emit_body(false);
-    add(rdx, static_cast<uint32_t>(vector_bytes_ * unroll_));
-    cmp(rdx, rdi);
+    emit_body(unroll_, Access::whole);
+    add(rdx, step_bytes);
+    cmp(rdx, rcx);
     jb(regular, T_NEAR);
-    jmp(done, T_NEAR);
+    jmp(tail, T_NEAR);
     L(streaming);
-    emit_body(true);
-    add(rdx, static_cast<uint32_t>(vector_bytes_ * unroll_));
-    cmp(rdx, rdi);
+    emit_body(unroll_, Access::streaming);
+    add(rdx, step_bytes);
+    cmp(rdx, rcx);
     jb(streaming, T_NEAR);
+    L(tail);
+    cmp(rdx, rdi);
+    jae(done, T_NEAR);
+    if (isa_ != Isa::avx512) tail_mask_ = take();
+    L(tail_loop);
+    // rcx = the lanes left, at most one vector's.
+    const int lanes = vector_bytes_ / element_bytes_;
+    mov(rcx, rdi);
+    sub(rcx, rdx);
+    shr(rcx, shift);
+    mov(r11d, lanes);
+    cmp(rcx, r11);
+    cmova(rcx, r11);
+    if (isa_ == Isa::avx512) {
+      mov(r11d, -1);
+      bzhi(r11d, r11d, ecx);
+      kmovw(k2, r11d);
+    } else {
+      // From element lanes - left of a table of `lanes` all-ones elements, then `lanes` zeros.
+      neg(rcx);
+      add(rcx, lanes);
+      lea(r11, ptr[rip + mask_table]);
+      vmovdqu(Xbyak::Ymm(tail_mask_), ptr[r11 + rcx * element_bytes_]);
+    }
+    emit_body(1, Access::masked);
+    add(rdx, vector_bytes_);
+    cmp(rdx, rdi);
+    jb(tail_loop, T_NEAR);
     L(done);
     vzeroupper();
     for (auto r = saved.rbegin(); r != saved.rend(); ++r) pop(*r);
     ret();
     align(64);
+    L(mask_table);
+    for (int i = 0; i < 2 * vector_bytes_; ++i) db(i < vector_bytes_ ? 0xFF : 0);
     L(pool_label_);
     for (uint8_t b : pool_) db(b);
   }
@@ -375,6 +422,7 @@ class ProgramEmitter : public Xbyak::CodeGenerator {
   std::vector<int> last_read_;
   std::vector<Xbyak::Reg64> input_ptr_;
   std::vector<int> scalar_reg_;
+  int tail_mask_ = -1;
   Xbyak::Label pool_label_;
   std::map<std::pair<uint64_t, int>, size_t> pool_offset_;
   std::vector<uint8_t> pool_;
@@ -385,18 +433,15 @@ class JitProgram final : public CompiledProgram {
   JitProgram(std::unique_ptr<ProgramEmitter> code, Isa isa)
       : code_(std::move(code)),
         entry_(code_->getCode<void (*)(int64_t, void*, const void* const*, int)>()),
-        step_(code_->step()),
         isa_(isa) {}
   void run(int64_t n, void* out, const void* const* inputs, bool nontemporal) const override {
     entry_(n, out, inputs, nontemporal ? 1 : 0);
   }
-  int64_t step() const override { return step_; }
   Isa isa() const override { return isa_; }
 
  private:
   std::unique_ptr<ProgramEmitter> code_;
   void (*entry_)(int64_t, void*, const void* const*, int);
-  int64_t step_;
   Isa isa_;
 };
 

@@ -28,12 +28,10 @@ class CompiledProgram {
                                                         const std::vector<bool>& scalar_input, Isa isa);
   virtual ~CompiledProgram() = default;
 
-  // out[j] = the program at element j, for j < n; n must be a multiple of step(). inputs[i] points
-  // at element 0 of input i (or at its one value). With nontemporal, out must be aligned to the
-  // vector width and is written with streaming stores (the caller fences).
+  // out[j] = the program at element j, for j < n. inputs[i] points at element 0 of input i (or at
+  // its one value). With nontemporal, out must be aligned to 64 bytes: whole vectors are then
+  // written with streaming stores (the caller fences).
   virtual void run(int64_t n, void* out, const void* const* inputs, bool nontemporal) const = 0;
-  // Elements per iteration of the compiled loop.
-  virtual int64_t step() const = 0;
   virtual Isa isa() const = 0;
 };
 
