@@ -328,3 +328,20 @@ TEST(Planner, FunctionsWhoseTemporariesAreEmptyRun) {
     EXPECT_EQ(function({c}, {grad(c * ifelse(c, c, c), c)}, {.mode = mode})(Tensor::scalar(1.f))[0].item<float>(), 2.f);
   }
 }
+
+TEST(Planner, ASumToShapeWithNothingToSumHandsItsInputOnAndAnOutputStillOwnsItsMemory) {
+  // d/dx sum((x + b) * c) is c summed to x's shape: nothing to sum, so the planner hands c on
+  // (Op::forwards_input) instead of copying it. Handed back as an output it is still a value of
+  // its own, never the caller's c.
+  Var x = matrix("x", f64), b = vector("b", f64), c = matrix("c", f64);
+  Var g = grad(sum((x + b) * c), x);
+  for (bool keep : {false, true}) {
+    Function f = function({x, b, c}, {g}, {.keep_buffers = keep});
+    const Tensor cv = random_tensor({3, 4}, f64, -1, 1, 5);
+    for (int call = 0; call < 2; ++call) {
+      const Tensor got = f(Tensor::zeros({3, 4}, f64), Tensor::zeros({4}, f64), cv)[0];
+      expect_values(got, cv.to_vector<double>(), 0);
+      EXPECT_FALSE(got.shares_memory(cv));
+    }
+  }
+}

@@ -98,8 +98,14 @@ struct RewriteStat {
   int64_t fired = 0;
   double seconds = 0;
 };
+// The time of one stage of function(...), in the order they ran.
+struct StageTime {
+  std::string stage;
+  double seconds = 0;
+};
 struct CompileReport {
   std::vector<RewriteStat> rewrites;
+  std::vector<StageTime> stages;
   double seconds = 0;     // the whole of function(...)
   int64_t nodes_before = 0;
   int64_t nodes_after = 0;

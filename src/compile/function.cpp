@@ -424,7 +424,14 @@ Function function(std::vector<In> inputs, std::vector<Out> outputs, FunctionOpti
   for (const auto& u : f->updates) result_vars.push_back(u.second);
 
   const auto start = std::chrono::steady_clock::now();
-  f->graph = std::make_unique<FunctionGraph>(input_vars, result_vars, checked_givens(options.givens));
+  // The pipeline, one stage after another, each timed in the compile report and printed under
+  // KILN_DEBUG: clone, the mode's rewrite groups, the candidate orders, the programs.
+  auto stage = [&](const std::string& name, auto body) {
+    const auto stage_start = std::chrono::steady_clock::now();
+    body();
+    f->report.stages.push_back({name, std::chrono::duration<double>(std::chrono::steady_clock::now() - stage_start).count()});
+  };
+  stage("clone", [&] { f->graph = std::make_unique<FunctionGraph>(input_vars, result_vars, checked_givens(options.givens)); });
   trace_stage("clone", f->graph->outputs());
   const auto& checks = f->mode.checks();
   if (checks && checks->rewrites)
@@ -434,17 +441,21 @@ Function function(std::vector<In> inputs, std::vector<Out> outputs, FunctionOpti
   check_leaves(*f->graph, f->inputs, options.allow_unused_inputs);
   f->report.nodes_before = static_cast<int64_t>(f->graph->toposort().size());
   for (const std::string& group : f->mode.groups()) {
-    apply_group(*f->graph, rewrite_group(group), f->report);
+    stage(group, [&] { apply_group(*f->graph, rewrite_group(group), f->report); });
     trace_stage(group.c_str(), f->graph->outputs());
   }
   f->report.nodes_after = static_cast<int64_t>(f->graph->toposort().size());
   f->graph->on_replace = nullptr;
+  std::vector<Schedule> orders;
+  stage("schedule", [&] { orders = candidate_orders(f->graph->outputs()); });
   Executables executables;
-  for (Schedule& schedule : candidate_orders(f->graph->outputs())) {
-    f->schedules.push_back(emit_program(f->graph->inputs(), f->graph->outputs(), executables, std::move(schedule.order)));
-    f->schedule_names.push_back(schedule.name);
-    if (debug_level() >= 1) std::cerr << "kiln: schedule " << schedule.name << ":\n" << program_text(f->schedules.back());
-  }
+  stage("emit", [&] {
+    for (Schedule& schedule : orders) {
+      f->schedules.push_back(emit_program(f->graph->inputs(), f->graph->outputs(), executables, std::move(schedule.order)));
+      f->schedule_names.push_back(schedule.name);
+      if (debug_level() >= 1) std::cerr << "kiln: schedule " << schedule.name << ":\n" << program_text(f->schedules.back());
+    }
+  });
   f->shared_of_update.assign(f->updates.size(), -1);
   f->shared_order.resize(f->program().shared_slots.size());
   std::iota(f->shared_order.begin(), f->shared_order.end(), size_t{0});
@@ -475,6 +486,7 @@ Function function(std::vector<In> inputs, std::vector<Out> outputs, FunctionOpti
     f->check_program = emit_program(f->graph->inputs(), results, executables);
   }
   f->report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (debug_level() >= 1) std::cerr << "kiln: " << f->report.str();
 
   Function fn;
   fn.impl_ = std::move(f);

@@ -19,6 +19,7 @@ std::string Profile::str() const {
 std::string CompileReport::str() const {
   std::ostringstream s;
   s << "compiled in " << seconds * 1e3 << " ms; nodes " << nodes_before << " -> " << nodes_after << "\n";
+  for (const StageTime& t : stages) s << "  stage " << t.stage << ": " << t.seconds * 1e3 << " ms\n";
   for (const RewriteStat& r : rewrites)
     s << "  " << r.group << "/" << r.name << ": fired " << r.fired << ", " << r.seconds * 1e3 << " ms\n";
   return s.str();

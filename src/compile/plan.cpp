@@ -57,6 +57,7 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
   plan.shape.assign(n_slots, std::nullopt);
   plan.value.assign(n_slots, Tensor());
   plan.precomputed.assign(p.code.size(), false);
+  plan.forwarded.assign(p.code.size(), -1);
   plan.offset.assign(n_slots, -1);
   plan.reuse_input.assign(n_slots, -1);
   plan.scratch_offset.assign(p.code.size(), kNoScratch);
@@ -98,6 +99,10 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
                      ", " + ins.node->origin());
     }
     for (size_t o = 0; o < ins.outputs.size(); ++o) plan.shape[ins.outputs[o]] = out_shapes[o];
+    if (const std::optional<int> f = op.forwards_input(shapes, out_shapes)) {
+      plan.forwarded[k] = *f;
+      continue;
+    }
     const bool reads_shapes_only = dynamic_cast<const ShapeOf*>(&op) != nullptr;
     if (produces_integers(*ins.node) && (all_values || reads_shapes_only)) {
       std::vector<Tensor> inputs, outputs;
@@ -159,6 +164,7 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
     const Instruction& ins = p.code[k];
     for (auto [out, in] : ins.node->op->view_map())
       if (ins.output_is_view[out]) root[ins.outputs[out]] = root[ins.inputs[in]];
+    if (const int f = plan.forwarded[k]; f >= 0) root[ins.outputs[0]] = root[ins.inputs[static_cast<size_t>(f)]];
   }
   std::vector<int> effective_last(n_slots, -1);
   for (int s = 0; s < n_slots; ++s) effective_last[root[s]] = std::max(effective_last[root[s]], last_use[s]);
@@ -177,9 +183,10 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
       continue;
     }
     auto inplace = ins.node->op->inplace_options();
+    const bool forwards = plan.forwarded[k] >= 0;
     for (size_t o = 0; o < ins.outputs.size(); ++o) {
       const int s = ins.outputs[o];
-      if (ins.output_is_view[o]) continue;
+      if (ins.output_is_view[o] || forwards) continue;
       if (!plan.shape[s]) {  // depends on data: allocated when it runs
         plan.report.unplanned.push_back(ins.node->op->name() + " (output " + std::to_string(o) + ", " +
                                         ins.node->origin() + ")");
@@ -250,7 +257,7 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
     }
     // The executable's scratch lives for this one instruction.
     std::vector<Shape> in_shapes, out_shapes;
-    bool sized = true;
+    bool sized = !forwards;
     for (int s : ins.inputs) sized = sized && plan.shape[s].has_value();
     for (int s : ins.outputs) sized = sized && plan.shape[s].has_value();
     if (sized) {
@@ -261,7 +268,7 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
         plan.scratch_bytes[k] = bytes;
         buffers.push_back({(bytes + kAlign - 1) / kAlign * kAlign, static_cast<int>(k), static_cast<int>(k), -1, true});
       }
-    } else {
+    } else if (!forwards) {
       plan.scratch_offset[k] = -1;
     }
     // Readers keep what they read alive; through views, the viewed buffer.
@@ -336,14 +343,17 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
   // 4. The report: naive is one buffer per computed value; the lower bound is the most bytes live
   // at one instruction in this schedule (in place and views applied); the peak adds the buffers
   // that leave the call to the arena.
-  std::vector<int64_t> live(p.code.size() + 1, 0);
+  // Bytes starting and ending per instruction, summed along the program: linear in the program.
+  std::vector<int64_t> live(p.code.size() + 2, 0);
   int64_t outside = 0;
   for (const Buffer& b : buffers) {
-    for (int k = b.first; k <= std::min(b.last, end_of_call); ++k) live[k] += b.bytes;
+    live[static_cast<size_t>(b.first)] += b.bytes;
+    live[static_cast<size_t>(std::min(b.last, end_of_call)) + 1] -= b.bytes;
     if (!b.in_arena) outside += b.bytes;
   }
+  for (size_t k = 1; k < live.size(); ++k) live[k] += live[k - 1];
   for (size_t k = 0; k < p.code.size(); ++k)
-    if (!plan.precomputed[k] && p.code[k].kind == Instruction::Kind::run)
+    if (!plan.precomputed[k] && plan.forwarded[k] < 0 && p.code[k].kind == Instruction::Kind::run)
       for (size_t o = 0; o < p.code[k].outputs.size(); ++o) {
         const int s = p.code[k].outputs[o];
         if (!p.code[k].output_is_view[o] && plan.shape[s])
@@ -365,6 +375,11 @@ std::string plan_text(const Program& p, const MemoryPlan& plan) {
     if (ins.kind != Instruction::Kind::run) continue;
     if (plan.precomputed[k]) {
       text += "  " + std::to_string(k) + ": " + ins.node->op->name() + " computed once while planning\n";
+      continue;
+    }
+    if (const int f = plan.forwarded[k]; f >= 0) {
+      text += "  " + std::to_string(k) + ": s" + std::to_string(ins.outputs[0]) + " " + ins.node->op->name() + " is s" +
+              std::to_string(ins.inputs[static_cast<size_t>(f)]) + " (nothing to do for these shapes)\n";
       continue;
     }
     for (size_t o = 0; o < ins.outputs.size(); ++o) {
@@ -390,6 +405,7 @@ MemoryPlan unplanned(const Program& p) {
   plan.shape.assign(p.n_slots, std::nullopt);
   plan.value.assign(p.n_slots, Tensor());
   plan.precomputed.assign(p.code.size(), false);
+  plan.forwarded.assign(p.code.size(), -1);
   plan.offset.assign(p.n_slots, -1);
   plan.reuse_input.assign(p.n_slots, -1);
   plan.scratch_offset.assign(p.code.size(), -1);

@@ -17,6 +17,9 @@ struct MemoryPlan {
   std::vector<std::optional<Shape>> shape;  // per slot; empty where it depends on data
   std::vector<Tensor> value;                // per slot: values computed while planning (shape arithmetic)
   std::vector<bool> precomputed;            // per instruction: its outputs are in `value`, it does not run
+  // Per instruction: the input position its output 0 is, unchanged, for this signature
+  // (Op::forwards_input): it does not run, the slot takes that input's tensor. -1 otherwise.
+  std::vector<int> forwarded;
   std::vector<int64_t> offset;              // per slot: byte offset in the arena, -1 when not there
   std::vector<int> reuse_input;             // per slot: the slot whose buffer it overwrites in place, or -1
   // Per instruction: where its executable's scratch lies in the arena (for that one instruction),

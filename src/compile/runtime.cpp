@@ -92,7 +92,7 @@ Program emit_program(const std::vector<Var>& inputs, const std::vector<Var>& res
     return it->second;
   };
   for (const Var& in : inputs) p.input_slots.push_back(slot(in.get()));
-  const std::vector<Node*> depth_first = topological_order(results);
+  const std::vector<Node*> depth_first = topological_order_of_own(results);
   for (const Node* n : depth_first) {
     for (const Var& v : n->inputs) slot(v.get());
     for (const auto& v : n->outputs) slot(v.get());
@@ -310,7 +310,10 @@ void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& 
                                                                                : next_instruction(p, k, slots);
       continue;
     }
-    if (!plan.precomputed[k]) {
+    if (const int f = plan.forwarded[k]; f >= 0) {
+      slots[ins.outputs[0]] = slots[ins.inputs[static_cast<size_t>(f)]];
+      if (failures) (*failures)[ins.outputs[0]] = (*failures)[ins.inputs[static_cast<size_t>(f)]];
+    } else if (!plan.precomputed[k]) {
       if (failures) {
         const auto failed_input = std::find_if(ins.inputs.begin(), ins.inputs.end(), failed);
         if (failed_input != ins.inputs.end()) {

@@ -95,7 +95,7 @@ std::vector<Node*> frees_first(const std::vector<Node*>& depth_first, const std:
 }  // namespace
 
 std::vector<Schedule> candidate_orders(const std::vector<Var>& results) {
-  std::vector<Schedule> orders{{"depth-first", topological_order(results)}};
+  std::vector<Schedule> orders{{"depth-first", topological_order_of_own(results)}};
   std::vector<Node*> greedy = frees_first(orders[0].order, results);
   if (greedy != orders[0].order) orders.push_back({"frees-first", std::move(greedy)});
   return orders;

@@ -1,5 +1,6 @@
 #include "graph/function_graph.hpp"
 
+#include <atomic>
 #include <unordered_set>
 
 namespace kiln {
@@ -21,6 +22,34 @@ std::vector<Node*> topological_order(const std::vector<Var>& outputs, size_t siz
         Node* dep = node->inputs[next++].get()->owner;
         if (dep && !done.count(dep)) {
           done.insert(dep);
+          stack.push_back({dep, 0});
+        }
+      } else {
+        order.push_back(node);
+        stack.pop_back();
+      }
+    }
+  }
+  return order;
+}
+
+std::vector<Node*> topological_order_of_own(const std::vector<Var>& outputs, size_t size_hint) {
+  static std::atomic<uint64_t> walks{0};
+  const uint64_t mark = ++walks;
+  std::vector<Node*> order;
+  order.reserve(size_hint);
+  std::vector<std::pair<Node*, size_t>> stack;
+  for (const Var& out : outputs) {
+    Node* root = out.get()->owner;
+    if (!root || root->walk_mark == mark) continue;
+    stack.push_back({root, 0});
+    root->walk_mark = mark;
+    while (!stack.empty()) {
+      auto& [node, next] = stack.back();
+      if (next < node->inputs.size()) {
+        Node* dep = node->inputs[next++].get()->owner;
+        if (dep && dep->walk_mark != mark) {
+          dep->walk_mark = mark;
           stack.push_back({dep, 0});
         }
       } else {
@@ -72,7 +101,7 @@ FunctionGraph::FunctionGraph(std::vector<Var> inputs, const std::vector<Var>& ou
   prune();
 }
 
-std::vector<Node*> FunctionGraph::toposort() const { return topological_order(outputs_, nodes_.size()); }
+std::vector<Node*> FunctionGraph::toposort() const { return topological_order_of_own(outputs_, nodes_.size()); }
 
 std::vector<Variable*> FunctionGraph::leaves() const {
   std::vector<Variable*> out;

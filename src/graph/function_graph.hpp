@@ -48,7 +48,12 @@ class FunctionGraph {
 };
 
 // Nodes between leaves and outputs in topological order, without recursion (deep graphs).
-// size_hint: the expected number of nodes, to size the bookkeeping once.
+// size_hint: the expected number of nodes, to size the bookkeeping once. It keeps what it has
+// visited in a set of its own, so other threads may walk the same nodes (the user's graph).
 std::vector<Node*> topological_order(const std::vector<Var>& outputs, size_t size_hint = 0);
+// The same order, found by marking the nodes themselves (Node::walk_mark): no hashing, no
+// allocation but the result. Only for nodes no other thread walks meanwhile: a compiled function's
+// own graph (FunctionGraph clones the user's nodes).
+std::vector<Node*> topological_order_of_own(const std::vector<Var>& outputs, size_t size_hint = 0);
 
 }  // namespace kiln

@@ -96,6 +96,9 @@ class Node : public std::enable_shared_from_this<Node> {
   std::vector<std::unique_ptr<Variable>> outputs;
   std::source_location loc;  // the user's line that built it, or that built the node it derives from
   Derivation derivation = Derivation::built;
+  // The last walk of a compiled function's own graph that reached it (topological_order_of_own):
+  // a walk marks nodes instead of hashing them.
+  mutable uint64_t walk_mark = 0;
 
   Var output(size_t i);  // a Var that keeps this node alive
   std::string where() const;   // "file:line", with "(gradient)" or "(rewritten)" for derived nodes

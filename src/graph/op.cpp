@@ -30,9 +30,12 @@ bool Op::equals(const Op& other) const {
 }
 
 size_t Op::hash() const {
+  if (const size_t known = hash_.load(std::memory_order_relaxed)) return known;
   OpParams p;
   params(p);
-  return std::type_index(typeid(*this)).hash_code() ^ p.hash();
+  const size_t h = (std::type_index(typeid(*this)).hash_code() ^ p.hash()) | 1;  // never 0
+  hash_.store(h, std::memory_order_relaxed);
+  return h;
 }
 
 }  // namespace kiln

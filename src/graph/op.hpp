@@ -1,4 +1,5 @@
 #pragma once
+#include <atomic>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -69,6 +70,14 @@ class Op {
   // {output, input}: that output may be written into that input's buffer; the planner decides.
   virtual std::vector<std::pair<int, int>> inplace_options() const { return {}; }
 
+  // For inputs and outputs of these shapes, the input that output 0 is unchanged, if any
+  // (sum_to_shape of a value that already has the target shape): the planner then hands that
+  // input on instead of running the op. Ops that never do return nothing.
+  virtual std::optional<int> forwards_input(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const {
+    (void)inputs, (void)outputs;
+    return std::nullopt;
+  }
+
   // Whether running it may reject its inputs' values and not only their shapes (an index or a label
   // out of range), which planning cannot rule out. The planner writes a shared variable in place
   // only after the last such op, so a call that fails leaves every shared variable as it was.
@@ -77,7 +86,10 @@ class Op {
   // Writes every parameter that distinguishes this op from another of its class (never its name).
   virtual void params(OpParams& out) const = 0;
   bool equals(const Op& other) const;
-  size_t hash() const;
+  size_t hash() const;  // computed once: an op never changes after it is made
+
+ private:
+  mutable std::atomic<size_t> hash_{0};  // 0: not computed yet
 };
 
 }  // namespace kiln

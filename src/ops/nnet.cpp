@@ -214,41 +214,59 @@ class CheckedLabels {
 };
 
 // The softmax parts of every row of a 2-D x, for the fused cross-entropies: each row's maximum
-// and, in exps (row-major, x's shape; it may be x itself), exp(x - max). f32 rows use kiln's
-// vectorizable exp (within an ulp or two), f64 rows libm's; rows are split over threads when there
-// are enough. row_fn(i, max, total) then finishes row i, total being the sum of its exps in f64.
-// Rows go in groups: each row's maximum is taken before its exps overwrite it.
+// and the sum of exp(x - max) in f64, the exps computed many at a time in one vectorized loop
+// (kiln's exp for f32, within an ulp or two; libm's for f64). With `exps` (row-major, x's shape; it
+// may be x itself) they are kept there; without, they pass through a buffer on the stack. Rows go
+// in groups, each row's maximum taken before its exps may overwrite it, and are split over
+// threads when there are enough. row_fn(i, max, total) then finishes row i.
 template <class T, class F> void for_each_softmax_row(const Tensor& x, T* exps, F row_fn) {
   const T* px = reinterpret_cast<const T*>(x.storage()->data()) + x.offset();
   const int64_t rows = x.shape()[0], n = x.shape()[1], rs = x.strides()[0], cs = x.strides()[1];
-  constexpr int64_t kGroup = 64;
+  constexpr int64_t kBuffer = 2048, kGroup = 64;
+  auto exp_in_place = [](T* e, int64_t count) {
+    if constexpr (std::is_same_v<T, float>) {
+#pragma omp simd
+      for (int64_t j = 0; j < count; ++j) e[j] = fastmath::exp_f32(e[j]);
+    } else {
+      for (int64_t j = 0; j < count; ++j) e[j] = std::exp(e[j]);
+    }
+  };
   auto run_rows = [&](int64_t first, int64_t last) {
     T maxima[kGroup];
-    for (int64_t g = first; g < last; g += kGroup) {
-      const int64_t group_end = std::min(last, g + kGroup);
+    double totals[kGroup];
+    alignas(64) T buffer[kBuffer];
+    // Without `exps`, as many rows as fit in the buffer go at once; a row longer than the buffer
+    // goes alone, a buffer's length at a time.
+    const bool whole_rows = exps || n <= kBuffer;
+    const int64_t group = exps ? kGroup : std::clamp<int64_t>(kBuffer / std::max<int64_t>(n, 1), 1, kGroup);
+    for (int64_t g = first; g < last; g += group) {
+      const int64_t group_end = std::min(last, g + group), count = group_end - g;
       for_this_cpu([&] {
-        for (int64_t i = g; i < group_end; ++i) {
-          const T* row = px + i * rs;
-          T* e = exps + i * n;
+        for (int64_t r = 0; r < count; ++r) {
+          const T* row = px + (g + r) * rs;
           T mx = -std::numeric_limits<T>::infinity();
           for (int64_t j = 0; j < n; ++j) mx = std::max(mx, row[j * cs]);
-          maxima[i - g] = mx;
-          for (int64_t j = 0; j < n; ++j) e[j] = row[j * cs] - mx;
+          maxima[r] = mx;
+          totals[r] = 0;
         }
-        T* e = exps + g * n;
-        const int64_t count = (group_end - g) * n;
-        if constexpr (std::is_same_v<T, float>) {
-#pragma omp simd
-          for (int64_t j = 0; j < count; ++j) e[j] = fastmath::exp_f32(e[j]);
-        } else {
-          for (int64_t j = 0; j < count; ++j) e[j] = std::exp(e[j]);
+        if (whole_rows) {
+          T* e = exps ? exps + g * n : buffer;
+          for (int64_t r = 0; r < count; ++r)
+            for (int64_t j = 0; j < n; ++j) e[r * n + j] = px[(g + r) * rs + j * cs] - maxima[r];
+          exp_in_place(e, count * n);
+          for (int64_t r = 0; r < count; ++r)
+            for (int64_t j = 0; j < n; ++j) totals[r] += e[r * n + j];
+          return;
+        }
+        const T* row = px + g * rs;
+        for (int64_t j0 = 0; j0 < n; j0 += kBuffer) {
+          const int64_t len = std::min(kBuffer, n - j0);
+          for (int64_t j = 0; j < len; ++j) buffer[j] = row[(j0 + j) * cs] - maxima[0];
+          exp_in_place(buffer, len);
+          for (int64_t j = 0; j < len; ++j) totals[0] += buffer[j];
         }
       });
-      for (int64_t i = g; i < group_end; ++i) {
-        double total = 0;
-        for (int64_t j = 0; j < n; ++j) total += exps[i * n + j];
-        row_fn(i, maxima[i - g], total);
-      }
+      for (int64_t r = 0; r < count; ++r) row_fn(g + r, maxima[r], totals[r]);
     }
   };
   const int threads = rows * n >= (1 << 14) && !omp_in_parallel() ? static_cast<int>(std::min<int64_t>(num_threads(), rows)) : 1;
@@ -358,11 +376,7 @@ class OneHotKernel final : public KernelOf<OneHot> {
 class CrossEntropySoftmaxKernel final : public KernelOf<CrossEntropySoftmax> {
  public:
   using KernelOf::KernelOf;
-  // The rows' exps.
-  int64_t scratch_bytes(const std::vector<Shape>& inputs, const std::vector<Shape>&) const override {
-    return shape_numel(inputs[0]) * static_cast<int64_t>(dtype_size(output_dtype(0)));
-  }
-  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte> scratch) const override {
+  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
     const Tensor& x = in[0];
     const CheckedLabels labels(in[1], x.shape()[1], "crossentropy_softmax");
     dispatch_float(x.dtype(), "crossentropy_softmax", [&](auto tag) {
@@ -371,7 +385,7 @@ class CrossEntropySoftmaxKernel final : public KernelOf<CrossEntropySoftmax> {
       const T* px = reinterpret_cast<const T*>(x.storage()->data()) + x.offset();
       // -log softmax(x)_label = (max - x_label) + log(total), the two parts kept apart: adding them
       // first would round the small second part to the precision of the large first one.
-      for_each_softmax_row<T>(x, reinterpret_cast<T*>(scratch.data()), [&](int64_t i, T mx, double total) {
+      for_each_softmax_row<T>(x, static_cast<T*>(nullptr), [&](int64_t i, T mx, double total) {
         const T label_value = px[i * x.strides()[0] + labels[i] * x.strides()[1]];
         po[i] = std::isfinite(mx) ? static_cast<T>(static_cast<double>(mx - label_value) + std::log(total))
                                   : static_cast<T>(mx - label_value);

@@ -46,7 +46,7 @@ class LogSumExp final : public Op {
 
 // sum_to_shape(g, shape): sums g over the axes where `shape` (a 1-D i64 value) has size 1, so that
 // the result has that shape: the gradient of broadcasting. Where nothing was broadcast the planner
-// writes it over g (in place), so it costs nothing. It takes a shape, not the value whose shape it
+// hands g on (forwards_input), so it costs nothing. It takes a shape, not the value whose shape it
 // is, so that value need not be kept for it.
 class SumToShape final : public Op {
  public:
@@ -62,6 +62,11 @@ class SumToShape final : public Op {
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
   std::vector<std::pair<int, int>> inplace_options() const override { return {{0, 0}}; }
+  // Nothing to sum: the gradient itself (the common case of a bias added to a matrix product).
+  std::optional<int> forwards_input(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override {
+    if (inputs[0] == outputs[0]) return 0;
+    return std::nullopt;
+  }
   bool may_fail_on_values() const override { return false; }
 
  private:
