@@ -40,6 +40,7 @@ set(KILN_SOURCES
   src/compile/reference.cpp
   src/compile/runtime.cpp
   src/compile/schedule.cpp
+  src/compile/placement.cpp
   src/compile/plan.cpp
   src/compile/function.cpp
 )

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <unordered_set>
 
+#include "compile/placement.hpp"
 #include "exec/run_node.hpp"
 #include "graph/op.hpp"
 #include "ops/shape.hpp"
@@ -302,29 +303,17 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
     plan.result_owns_memory[r] = !buffers[b].lent || (w >= 0 && update_into[w] == slot);
   }
 
-  // 3. Offsets: largest first, each at the lowest address free during its whole lifetime.
-  std::vector<int> order;
+  // 3. Offsets in one arena (compile/placement.hpp).
+  std::vector<int> in_arena_buffers;
+  std::vector<Lifetime> lifetimes;
   for (int b = 0; b < static_cast<int>(buffers.size()); ++b)
-    if (buffers[b].in_arena) order.push_back(b);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return buffers[a].bytes > buffers[b].bytes; });
-  // Placed buffers are kept in address order, so the first gap that fits ends the search for
-  // each buffer and nothing is sorted or allocated per buffer.
-  std::vector<int> placed;
-  auto by_address = [&](int a, int b) {
-    return std::pair(buffers[a].offset, buffers[a].offset + buffers[a].bytes) <
-           std::pair(buffers[b].offset, buffers[b].offset + buffers[b].bytes);
-  };
-  for (int b : order) {
-    int64_t offset = 0;
-    for (int q : placed) {
-      if (buffers[q].first > buffers[b].last || buffers[b].first > buffers[q].last) continue;
-      if (offset + buffers[b].bytes <= buffers[q].offset) break;
-      offset = std::max(offset, buffers[q].offset + buffers[q].bytes);
+    if (buffers[b].in_arena) {
+      in_arena_buffers.push_back(b);
+      lifetimes.push_back({buffers[b].bytes, buffers[b].first, std::min(buffers[b].last, end_of_call)});
     }
-    buffers[b].offset = offset;
-    plan.arena_bytes = std::max(plan.arena_bytes, offset + buffers[b].bytes);
-    placed.insert(std::upper_bound(placed.begin(), placed.end(), b, by_address), b);
-  }
+  std::vector<int64_t> offsets(lifetimes.size(), 0);
+  plan.arena_bytes = place_buffers(lifetimes, offsets);
+  for (size_t i = 0; i < in_arena_buffers.size(); ++i) buffers[in_arena_buffers[i]].offset = offsets[i];
   for (int s = 0; s < n_slots; ++s)
     if (buffer_of[s] >= 0 && buffers[buffer_of[s]].in_arena) plan.offset[s] = buffers[buffer_of[s]].offset;
   for (size_t k = 0; k < p.code.size(); ++k)
@@ -332,7 +321,7 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
   plan.in_arena.assign(n_slots, false);
   for (int s = 0; s < n_slots; ++s)
     if (const int b = buffer_of[root[s]]; b >= 0 && buffers[b].in_arena && !external[s]) plan.in_arena[s] = true;
-  plan.uses_arena = !placed.empty();
+  plan.uses_arena = !in_arena_buffers.empty();
   int64_t largest = -1;
   for (int s = 0; s < n_slots; ++s)
     if (plan.offset[s] >= 0 && buffers[buffer_of[s]].bytes > largest) {

@@ -1,0 +1,175 @@
+#include "compile/placement.hpp"
+
+#include "kiln/errors.hpp"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+namespace {
+
+// Buffers that live at least 1/kLongLivedShare of the program are packed exactly (first fit over
+// every other long-lived buffer); the rest go through the free list.
+constexpr int kLongLivedShare = 64;
+// How many free ranges a short-lived buffer tries before it goes to the end of the arena.
+constexpr int kTries = 8;
+
+// The free address ranges at one point of the program: finite ranges, and everything from `top`
+// up. No finite range ends at top (it would be part of it).
+class FreeRanges {
+ public:
+  int64_t top() const { return top_; }
+
+  // Marks [offset, end) used; it must be free.
+  void take(int64_t offset, int64_t end) {
+    if (offset >= top_) {
+      if (offset > top_) add(top_, offset);
+      top_ = end;
+      return;
+    }
+    auto it = by_offset_.upper_bound(offset);  // the range after the one that holds offset
+    if (it == by_offset_.begin() || std::prev(it)->second < end)
+      throw Error("placement: bytes " + std::to_string(offset) + ".." + std::to_string(end) +
+                  " of the arena are taken twice (please report it)");
+    it = std::prev(it);
+    const int64_t start = it->first, stop = it->second;
+    remove(it);
+    if (start < offset) add(start, offset);
+    if (end < stop) add(end, stop);
+  }
+
+  // Marks [offset, end) free, joining free neighbours.
+  void release(int64_t offset, int64_t end) {
+    if (auto next = by_offset_.find(end); next != by_offset_.end()) {
+      end = next->second;
+      remove(next);
+    }
+    if (auto it = by_offset_.lower_bound(offset); it != by_offset_.begin()) {
+      if (auto prev = std::prev(it); prev->second == offset) {
+        offset = prev->first;
+        remove(prev);
+      }
+    }
+    if (end == top_) top_ = offset;
+    else add(offset, end);
+  }
+
+  // The free finite ranges of at least `bytes`, smallest first, each as (start, end), to visit.
+  template <class Visit> void smallest_holding(int64_t bytes, int most, Visit visit) const {
+    for (auto it = by_size_.lower_bound({bytes, INT64_MIN}); it != by_size_.end() && most-- > 0; ++it) {
+      if (visit(it->second, it->second + it->first)) return;
+    }
+  }
+
+ private:
+  void add(int64_t start, int64_t end) {
+    by_offset_.emplace(start, end);
+    by_size_.insert({end - start, start});
+  }
+  void remove(std::map<int64_t, int64_t>::iterator it) {
+    by_size_.erase({it->second - it->first, it->first});
+    by_offset_.erase(it);
+  }
+  std::map<int64_t, int64_t> by_offset_;              // start -> end
+  std::set<std::pair<int64_t, int64_t>> by_size_;    // (bytes, start)
+  int64_t top_ = 0;
+};
+
+struct Placed {
+  int64_t offset, end;
+  int first, last;
+};
+
+}  // namespace
+
+int64_t place_buffers(std::span<const Lifetime> buffers, std::span<int64_t> offsets) {
+  const int n = static_cast<int>(buffers.size());
+  int horizon = 0;
+  for (const Lifetime& b : buffers) horizon = std::max(horizon, b.last + 1);
+  const int threshold = std::max(1, horizon / kLongLivedShare);
+  auto lives_long = [&](int b) { return buffers[b].last - buffers[b].first >= threshold; };
+  int64_t arena = 0;
+
+  // 1. The long-lived ones, largest first, each at the lowest address free during its whole life.
+  // Placed buffers are kept in address order, so the first gap that fits ends each search.
+  std::vector<int> long_lived;
+  for (int b = 0; b < n; ++b)
+    if (lives_long(b)) long_lived.push_back(b);
+  std::stable_sort(long_lived.begin(), long_lived.end(), [&](int a, int b) { return buffers[a].bytes > buffers[b].bytes; });
+  std::vector<Placed> placed;
+  for (int b : long_lived) {
+    const Lifetime& me = buffers[b];
+    int64_t offset = 0;
+    for (const Placed& q : placed) {
+      if (q.first > me.last || me.first > q.last) continue;
+      if (offset + me.bytes <= q.offset) break;
+      offset = std::max(offset, q.end);
+    }
+    offsets[b] = offset;
+    arena = std::max(arena, offset + me.bytes);
+    const Placed entry{offset, offset + me.bytes, me.first, me.last};
+    placed.insert(std::upper_bound(placed.begin(), placed.end(), entry,
+                                   [](const Placed& x, const Placed& y) { return std::pair(x.offset, x.end) < std::pair(y.offset, y.end); }),
+                  entry);
+  }
+
+  // 2. Along the program: the long-lived buffers starting at an instruction take their places,
+  // then the short-lived ones starting there, largest first, take the smallest free range that
+  // stays clear of every long-lived buffer starting while they live; then those whose life ends
+  // there are freed.
+  std::vector<std::vector<int>> starting(static_cast<size_t>(horizon)), ending(static_cast<size_t>(horizon));
+  for (int b = 0; b < n; ++b) {
+    starting[static_cast<size_t>(buffers[b].first)].push_back(b);
+    ending[static_cast<size_t>(buffers[b].last)].push_back(b);
+  }
+  FreeRanges free;
+  std::vector<std::pair<int64_t, int64_t>> upcoming;  // ranges of long-lived buffers starting later in a life
+  // The lowest start in [start, stop - bytes] of a range clear of `upcoming`, or -1.
+  auto clear_start = [&](int64_t start, int64_t stop, int64_t bytes) -> int64_t {
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (auto [o, e] : upcoming)
+        if (start < e && o < start + bytes) {
+          start = e;
+          moved = true;
+        }
+    }
+    return start + bytes <= stop ? start : -1;
+  };
+  for (int k = 0; k < horizon; ++k) {
+    std::vector<int>& now = starting[static_cast<size_t>(k)];
+    std::stable_sort(now.begin(), now.end(), [&](int a, int b) { return buffers[a].bytes > buffers[b].bytes; });
+    for (int b : now)
+      if (lives_long(b) && buffers[b].bytes > 0) free.take(offsets[b], offsets[b] + buffers[b].bytes);
+    for (int b : now) {
+      const Lifetime& me = buffers[b];
+      if (lives_long(b) || me.bytes == 0) {
+        if (me.bytes == 0) offsets[b] = 0;
+        continue;
+      }
+      upcoming.clear();
+      for (int t = k + 1; t <= me.last; ++t)
+        for (int u : starting[static_cast<size_t>(t)])
+          if (lives_long(u)) upcoming.push_back({offsets[u], offsets[u] + buffers[u].bytes});
+      int64_t offset = -1;
+      free.smallest_holding(me.bytes, kTries, [&](int64_t start, int64_t stop) {
+        offset = clear_start(start, stop, me.bytes);
+        return offset >= 0;
+      });
+      if (offset < 0) offset = clear_start(free.top(), INT64_MAX, me.bytes);
+      // A start above the top leaves the range below it free, which take() records.
+      free.take(offset, offset + me.bytes);
+      offsets[b] = offset;
+      arena = std::max(arena, offset + me.bytes);
+    }
+    for (int b : ending[static_cast<size_t>(k)])
+      if (buffers[b].bytes > 0) free.release(offsets[b], offsets[b] + buffers[b].bytes);
+  }
+  return arena;
+}
+
+}  // namespace kiln
