@@ -345,3 +345,33 @@ TEST(Planner, ASumToShapeWithNothingToSumHandsItsInputOnAndAnOutputStillOwnsItsM
     }
   }
 }
+
+TEST(Planner, AWarmKeptArenaReusesItsTensorsAndStillComputesEachCall) {
+  // With keep_buffers, a call that repeats the last one's plan in the same arena uses the kept
+  // tensors as they are and does not rerun views of arena values: each call's values must still be
+  // its own, also after the caller disposed a borrowed output and after a call that failed.
+  Var x = matrix("x", f64), i = vector("i", i64);
+  Var h = tanh(x) * 2.0;
+  Var viewed = transpose(h) + 1.0;            // a view of an arena value, read by a kernel
+  Var picked = take(transpose(h), i, 0);      // fails on an index out of range
+  Function f = function({x, i}, {Out(viewed, {.borrow = true}), picked}, {.keep_buffers = true});
+  auto expect_call = [&](const Tensor& xv) {
+    const auto out = f(xv, Tensor::from(std::vector<int64_t>{0}));
+    const auto v = xv.to_vector<double>();
+    std::vector<double> want_viewed, want_picked;
+    for (int64_t c = 0; c < 3; ++c)
+      for (int64_t r = 0; r < 2; ++r) want_viewed.push_back(std::tanh(v[r * 3 + c]) * 2.0 + 1.0);
+    for (int64_t r = 0; r < 2; ++r) want_picked.push_back(std::tanh(v[r * 3]) * 2.0);
+    expect_values(out[0], want_viewed, 1e-12);
+    expect_values(out[1], want_picked, 1e-12);
+    return out;
+  };
+  expect_call(random_tensor({2, 3}, f64, -1, 1, 1));
+  expect_call(random_tensor({2, 3}, f64, -1, 1, 2));
+  auto out = expect_call(random_tensor({2, 3}, f64, -1, 1, 3));
+  out[0].dispose();  // the borrowed output is the kept tensor itself
+  expect_call(random_tensor({2, 3}, f64, -1, 1, 4));
+  EXPECT_THROW(f(random_tensor({2, 3}, f64, -1, 1, 5), Tensor::from(std::vector<int64_t>{7})), ShapeError);
+  expect_call(random_tensor({2, 3}, f64, -1, 1, 6));
+  expect_call(random_tensor({2, 3}, f64, -1, 1, 7));
+}

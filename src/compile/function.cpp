@@ -38,6 +38,10 @@ struct CallContext {
   std::vector<Tensor> old_shared, new_values;
   RunBuffers run;
   std::shared_ptr<Storage> arena;  // kept between calls (FunctionOptions::keep_buffers)
+  // The plan and arena of the last run that ended without error: its kept slots are ready for a
+  // run of the same plan in the same arena (RunOptions::warm).
+  const MemoryPlan* warm_plan = nullptr;
+  const Storage* warm_arena = nullptr;
 };
 
 struct FunctionImpl {
@@ -598,7 +602,9 @@ void Function::call(std::span<const Tensor> args, std::vector<Tensor>& results) 
   {  // the planned run; an arena that is not kept is released at the end of this block
     std::shared_ptr<Storage> arena = f.keep_buffers ? f.thread_arena(context, *plan, args) : nullptr;
     const Program& schedule = f.schedules[static_cast<size_t>(plan->schedule)];
-    const RunOptions options{.buffers = &context.run, .keeps_arena_slots = f.keep_buffers};
+    const bool warm = f.keep_buffers && context.warm_plan == plan.get() && context.warm_arena == arena.get();
+    context.warm_plan = nullptr;  // until this run has ended without error
+    const RunOptions options{.buffers = &context.run, .keeps_arena_slots = f.keep_buffers, .warm = warm};
     if (f.profiling) {
       InstructionTimes call(schedule.code.size());
       RunOptions profiled = options;
@@ -614,6 +620,10 @@ void Function::call(std::span<const Tensor> args, std::vector<Tensor>& results) 
       ++f.profiled_calls;
     } else {
       run_planned(schedule, *plan, slots, arena, options);
+    }
+    if (f.keep_buffers) {
+      context.warm_plan = plan.get();
+      context.warm_arena = arena.get();
     }
   }
 

@@ -322,6 +322,14 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
   for (int s = 0; s < n_slots; ++s)
     if (const int b = buffer_of[root[s]]; b >= 0 && buffers[b].in_arena && !external[s]) plan.in_arena[s] = true;
   plan.uses_arena = !in_arena_buffers.empty();
+  plan.views_arena.assign(p.code.size(), false);
+  for (size_t k = 0; k < p.code.size(); ++k) {
+    const Instruction& ins = p.code[k];
+    if (ins.kind != Instruction::Kind::run || plan.precomputed[k] || plan.forwarded[k] >= 0 || ins.outputs.empty()) continue;
+    bool views = true;
+    for (size_t o = 0; o < ins.outputs.size(); ++o) views = views && ins.output_is_view[o] && plan.in_arena[ins.outputs[o]];
+    plan.views_arena[k] = views;
+  }
   int64_t largest = -1;
   for (int s = 0; s < n_slots; ++s)
     if (plan.offset[s] >= 0 && buffers[buffer_of[s]].bytes > largest) {
@@ -400,6 +408,7 @@ MemoryPlan unplanned(const Program& p) {
   plan.scratch_offset.assign(p.code.size(), -1);
   plan.scratch_bytes.assign(p.code.size(), 0);
   plan.in_arena.assign(p.n_slots, false);
+  plan.views_arena.assign(p.code.size(), false);
   return plan;
 }
 

@@ -29,6 +29,9 @@ struct MemoryPlan {
   // Per slot: a value computed into the arena (or a view of one). Where the arena is kept between
   // calls, such a slot keeps its tensor too, and the next call finds the view already made.
   std::vector<bool> in_arena;
+  // Per instruction: every output is a view of a value in the arena, so that in a kept arena the
+  // view made by the last run still stands (RunOptions::warm).
+  std::vector<bool> views_arena;
   std::vector<bool> result_owns_memory;     // per result: its memory is the call's own, shared with no other
   int64_t arena_bytes = 0;
   bool uses_arena = false;  // some value lives in the arena (perhaps every one of them empty)
@@ -98,6 +101,10 @@ struct RunOptions {
   // The arena is kept between calls: slots in it keep their tensors after the call
   // (MemoryPlan::in_arena); every other slot is released as its last reader ends.
   bool keeps_arena_slots = false;
+  // The kept arena's slots hold what the last run of this plan in this arena made (it ended
+  // without error): outputs in the arena are used as they are, and views of values in the arena
+  // are already set, so those instructions do not run.
+  bool warm = false;
   const OpChecks* checks = nullptr;   // Mode::debug()'s op checks
   // Mode::debug()'s rewrite checks: a node that fails does not raise; its outputs stay undefined
   // and the message is kept per slot here, and the nodes reading them are skipped (the message

@@ -1,5 +1,7 @@
 #pragma once
+#include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -11,25 +13,32 @@
 namespace kiln {
 
 // One step of a compiled function: a node's kernel over numbered value slots, or a jump (node is
-// null): to `target` when the value in inputs[0] is false (jump_if_false) or always.
+// null): to `target` when the value in inputs[0] is false (jump_if_false) or always. Its lists are
+// views into arrays its Program owns, laid out in program order, so that a call walks the
+// program's memory front to back.
 struct Instruction {
   enum class Kind { run, jump_if_false, jump };
   const Node* node = nullptr;
   std::shared_ptr<const Executable> executable;  // made once per node, shared by every schedule
-  std::vector<int> inputs;
-  std::vector<int> outputs;
-  std::vector<int> release_after;    // slots whose last reader is this instruction
-  std::vector<bool> output_is_view;  // the op sets these outputs itself (its view_map)
-  // The outputs' dtypes, read on every call: kept here, beside the instruction, rather than read
-  // from the graph's variables, which lie scattered in memory.
-  std::vector<DType> output_dtypes;
+  std::span<const int> inputs;
+  std::span<const int> outputs;
+  std::span<const int> release_after;      // slots whose last reader is this instruction
+  std::span<const uint8_t> output_is_view;  // the op sets these outputs itself (its view_map)
+  std::span<const DType> output_dtypes;     // read on every call: kept here, not in the graph
   Kind kind = Kind::run;
   int target = -1;
   bool conditional = false;  // inside a branch of an ifelse: it may not run
 };
 
-// A flat list of instructions and where each kind of value lives.
+// A flat list of instructions and where each kind of value lives. It owns the arrays its
+// instructions view: it may be moved, never copied.
 struct Program {
+  Program() = default;
+  Program(Program&&) noexcept = default;
+  Program& operator=(Program&&) noexcept = default;
+  Program(const Program&) = delete;
+  Program& operator=(const Program&) = delete;
+
   int n_slots = 0;
   std::vector<Instruction> code;
   std::vector<int> input_slots;                                // per function input
@@ -38,6 +47,10 @@ struct Program {
   std::vector<int> result_slots;  // function outputs, then update values
   std::vector<const Variable*> slot_vars;
   size_t widest = 0;  // the most inputs or outputs of one instruction
+  // What the instructions' lists view.
+  std::vector<int> operand_slots;
+  std::vector<uint8_t> view_flags;
+  std::vector<DType> dtypes;
 };
 
 // Each node's executable on the function's backend, made when a program first needs it.

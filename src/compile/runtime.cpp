@@ -77,6 +77,56 @@ std::shared_ptr<const Executable> Executables::of(const Node& node) {
   return it->second;
 }
 
+namespace {
+
+// An instruction while the program is emitted, before its lists are packed.
+struct Draft {
+  Instruction ins;
+  std::vector<int> inputs, outputs, release_after;
+  std::vector<uint8_t> output_is_view;
+  std::vector<DType> output_dtypes;
+};
+
+// Packs the drafts' lists into the program's arrays and points the instructions at them.
+void pack(Program& p, std::vector<Draft>& drafts) {
+  size_t operands = 0, outputs = 0;
+  for (const Draft& d : drafts) {
+    operands += d.inputs.size() + d.outputs.size() + d.release_after.size();
+    outputs += d.outputs.size();
+  }
+  p.operand_slots.reserve(operands);
+  p.view_flags.reserve(outputs);
+  p.dtypes.reserve(outputs);
+  struct Extent {
+    size_t inputs, outputs, release, first_output;
+  };
+  std::vector<Extent> extents;
+  for (const Draft& d : drafts) {
+    const Extent e{p.operand_slots.size(), p.operand_slots.size() + d.inputs.size(),
+                   p.operand_slots.size() + d.inputs.size() + d.outputs.size(), p.view_flags.size()};
+    p.operand_slots.insert(p.operand_slots.end(), d.inputs.begin(), d.inputs.end());
+    p.operand_slots.insert(p.operand_slots.end(), d.outputs.begin(), d.outputs.end());
+    p.operand_slots.insert(p.operand_slots.end(), d.release_after.begin(), d.release_after.end());
+    p.view_flags.insert(p.view_flags.end(), d.output_is_view.begin(), d.output_is_view.end());
+    p.dtypes.insert(p.dtypes.end(), d.output_dtypes.begin(), d.output_dtypes.end());
+    extents.push_back(e);
+  }
+  p.code.clear();
+  for (size_t k = 0; k < drafts.size(); ++k) {
+    Instruction ins = std::move(drafts[k].ins);
+    const Extent& e = extents[k];
+    const Draft& d = drafts[k];
+    ins.inputs = {p.operand_slots.data() + e.inputs, d.inputs.size()};
+    ins.outputs = {p.operand_slots.data() + e.outputs, d.outputs.size()};
+    ins.release_after = {p.operand_slots.data() + e.release, d.release_after.size()};
+    ins.output_is_view = {p.view_flags.data() + e.first_output, d.outputs.size()};
+    ins.output_dtypes = {p.dtypes.data() + e.first_output, d.outputs.size()};
+    p.code.push_back(std::move(ins));
+  }
+}
+
+}  // namespace
+
 Program emit_program(const std::vector<Var>& inputs, const std::vector<Var>& results, Executables& executables,
                      std::vector<Node*> order) {
   Program p;
@@ -100,20 +150,22 @@ Program emit_program(const std::vector<Var>& inputs, const std::vector<Var>& res
   if (order.empty()) order = depth_first;
   const Exclusive ex = exclusive_branches(order, results);
 
+  std::vector<Draft> code;
+  code.reserve(order.size());
   auto emit_node = [&](Node* n, bool conditional) {
-    Instruction ins;
-    ins.node = n;
-    ins.executable = executables.of(*n);
-    ins.conditional = conditional;
-    ins.output_is_view.assign(n->outputs.size(), false);
-    for (const Var& v : n->inputs) ins.inputs.push_back(slot(v.get()));
+    Draft d;
+    d.ins.node = n;
+    d.ins.executable = executables.of(*n);
+    d.ins.conditional = conditional;
+    d.output_is_view.assign(n->outputs.size(), 0);
+    for (const Var& v : n->inputs) d.inputs.push_back(slot(v.get()));
     for (const auto& v : n->outputs) {
-      ins.outputs.push_back(slot(v.get()));
-      ins.output_dtypes.push_back(v->type.dtype);
+      d.outputs.push_back(slot(v.get()));
+      d.output_dtypes.push_back(v->type.dtype);
     }
-    for (auto [out, in] : n->op->view_map()) ins.output_is_view[out] = true;
-    p.widest = std::max({p.widest, ins.inputs.size(), ins.outputs.size()});
-    p.code.push_back(std::move(ins));
+    for (auto [out, in] : n->op->view_map()) d.output_is_view[static_cast<size_t>(out)] = 1;
+    p.widest = std::max({p.widest, d.inputs.size(), d.outputs.size()});
+    code.push_back(std::move(d));
   };
   // Emits a block of nodes in topological order; an ifelse in it brings its branches' exclusive
   // nodes as two blocks: jump over the first unless cond, run it, jump over the second.
@@ -131,21 +183,21 @@ Program emit_program(const std::vector<Var>& inputs, const std::vector<Var>& res
           if (branches->second.first.count(x)) then_block.push_back(x);
           if (branches->second.second.count(x)) else_block.push_back(x);
         }
-        Instruction skip_then;
-        skip_then.kind = Instruction::Kind::jump_if_false;
+        Draft skip_then;
+        skip_then.ins.kind = Instruction::Kind::jump_if_false;
         skip_then.inputs = {slot(n->inputs[0].get())};
-        skip_then.conditional = conditional;
-        const size_t jif = p.code.size();
-        p.code.push_back(std::move(skip_then));
+        skip_then.ins.conditional = conditional;
+        const size_t jif = code.size();
+        code.push_back(std::move(skip_then));
         emit_block(then_block, true);
-        Instruction skip_else;
-        skip_else.kind = Instruction::Kind::jump;
-        skip_else.conditional = conditional;
-        const size_t jmp = p.code.size();
-        p.code.push_back(std::move(skip_else));
-        p.code[jif].target = static_cast<int>(p.code.size());
+        Draft skip_else;
+        skip_else.ins.kind = Instruction::Kind::jump;
+        skip_else.ins.conditional = conditional;
+        const size_t jmp = code.size();
+        code.push_back(std::move(skip_else));
+        code[jif].ins.target = static_cast<int>(code.size());
         emit_block(else_block, true);
-        p.code[jmp].target = static_cast<int>(p.code.size());
+        code[jmp].ins.target = static_cast<int>(code.size());
       }
       emit_node(n, conditional);
     }
@@ -158,12 +210,13 @@ Program emit_program(const std::vector<Var>& inputs, const std::vector<Var>& res
   // paths meet; releasing it inside a block that may be skipped would leave it alive instead,
   // which is harmless, so the last reader in program order is enough.
   std::vector<int> last_reader(p.n_slots, -1);
-  for (size_t i = 0; i < p.code.size(); ++i) {
-    for (int s : p.code[i].inputs) last_reader[s] = static_cast<int>(i);
-    for (int s : p.code[i].outputs) last_reader[s] = std::max(last_reader[s], static_cast<int>(i));
+  for (size_t i = 0; i < code.size(); ++i) {
+    for (int s : code[i].inputs) last_reader[s] = static_cast<int>(i);
+    for (int s : code[i].outputs) last_reader[s] = std::max(last_reader[s], static_cast<int>(i));
   }
   for (int s = 0; s < p.n_slots; ++s)
-    if (last_reader[s] >= 0 && !kept.count(s)) p.code[last_reader[s]].release_after.push_back(s);
+    if (last_reader[s] >= 0 && !kept.count(s)) code[last_reader[s]].release_after.push_back(s);
+  pack(p, code);
   return p;
 }
 
@@ -201,10 +254,11 @@ void check_op(const Instruction& ins, const std::vector<Tensor>& inputs, const s
 // overwrites in place outside the arena (a lent buffer, or one leaving the call), or a fresh
 // allocation (of the planned shape, or of the shape known only now).
 Tensor output_buffer(const Instruction& ins, size_t o, const MemoryPlan& plan, const std::shared_ptr<Storage>& arena,
-                     const std::vector<Tensor>& slots, const std::vector<Tensor>& inputs) {
+                     const std::vector<Tensor>& slots, const std::vector<Tensor>& inputs, bool warm) {
   const int s = ins.outputs[o];
   const DType dtype = ins.output_dtypes[o];
   if (plan.offset[s] >= 0) {
+    if (const Tensor& kept = slots[s]; warm && kept.defined() && !kept.is_disposed()) return kept;
     const Shape& shape = *plan.shape[s];
     const int64_t offset = plan.offset[s] / static_cast<int64_t>(dtype_size(dtype));
     // The tensor a kept slot holds from the last call, when it still is this view.
@@ -237,7 +291,7 @@ std::span<std::byte> scratch_of(const Instruction& ins, size_t k, const MemoryPl
 
 std::string program_text(const Program& p) {
   std::string text;
-  auto slots = [](const std::vector<int>& list) {
+  auto slots = [](std::span<const int> list) {
     std::string s;
     for (size_t i = 0; i < list.size(); ++i) s += (i ? ", s" : "s") + std::to_string(list[i]);
     return s;
@@ -313,7 +367,7 @@ void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& 
     if (const int f = plan.forwarded[k]; f >= 0) {
       slots[ins.outputs[0]] = slots[ins.inputs[static_cast<size_t>(f)]];
       if (failures) (*failures)[ins.outputs[0]] = (*failures)[ins.inputs[static_cast<size_t>(f)]];
-    } else if (!plan.precomputed[k]) {
+    } else if (!plan.precomputed[k] && !(options.warm && plan.views_arena[k])) {
       if (failures) {
         const auto failed_input = std::find_if(ins.inputs.begin(), ins.inputs.end(), failed);
         if (failed_input != ins.inputs.end()) {
@@ -334,7 +388,7 @@ void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& 
         std::span<std::byte> scratch;
         try {
           for (size_t o = 0; o < outputs.size(); ++o)
-            if (!ins.output_is_view[o]) outputs[o] = output_buffer(ins, o, plan, arena, slots, inputs);
+            if (!ins.output_is_view[o]) outputs[o] = output_buffer(ins, o, plan, arena, slots, inputs, options.warm);
           scratch = scratch_of(ins, k, plan, arena, inputs, unplanned_scratch);
         } catch (const Error& e) {
           e.rethrow_with(std::string(e.what()) + node_context(*ins.node, inputs));

@@ -1,5 +1,6 @@
 #include "graph/function_graph.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <unordered_set>
 
@@ -98,7 +99,10 @@ FunctionGraph::FunctionGraph(std::vector<Var> inputs, const std::vector<Var>& ou
     }
   }
   for (const Var& out : outputs) outputs_.push_back(lookup(out));
-  prune();
+  for (size_t i = 0; i < outputs_.size(); ++i) {
+    import(outputs_[i]);
+    clients_[outputs_[i].get()].push_back({nullptr, static_cast<int>(i)});
+  }
 }
 
 std::vector<Node*> FunctionGraph::toposort() const { return topological_order_of_own(outputs_, nodes_.size()); }
@@ -136,6 +140,31 @@ const std::vector<std::pair<Node*, int>>& FunctionGraph::clients(const Variable*
   return it == clients_.end() ? none : it->second;
 }
 
+void FunctionGraph::drop_if_unread(Node* node) {
+  // Iterative: dropping one node may drop a whole chain behind it.
+  std::vector<Node*> pending{node};
+  while (!pending.empty()) {
+    Node* n = pending.back();
+    pending.pop_back();
+    auto it = n ? nodes_.find(n) : nodes_.end();
+    if (it == nodes_.end()) continue;
+    bool read = false;
+    for (const auto& out : n->outputs) read = read || clients_.count(out.get());
+    if (read) continue;
+    dropped_.push_back(std::move(it->second));
+    nodes_.erase(it);
+    for (size_t i = 0; i < n->inputs.size(); ++i) {
+      auto c = clients_.find(n->inputs[i].get());
+      if (c == clients_.end()) continue;
+      auto& readers = c->second;
+      readers.erase(std::find(readers.begin(), readers.end(), std::pair<Node*, int>(n, static_cast<int>(i))));
+      if (!readers.empty()) continue;
+      clients_.erase(c);  // an empty list is never kept: a listed variable has readers
+      pending.push_back(n->inputs[i].get()->owner);
+    }
+  }
+}
+
 void FunctionGraph::replace(const Var& old_var, const Var& new_var, const std::string& reason) {
   const Type &a = old_var.type(), &b = new_var.type();
   bool compatible = a.dtype == b.dtype && a.ndim() == b.ndim();
@@ -155,19 +184,12 @@ void FunctionGraph::replace(const Var& old_var, const Var& new_var, const std::s
       else outputs_[i] = new_var;
       target.push_back({node, i});
     }
+    // old_var has no reader left: its node goes unless another of its outputs is read.
+    drop_if_unread(old_var.get()->owner);
   }
   if (on_replace) on_replace(old_var, new_var, reason);
 }
 
-void FunctionGraph::prune() {
-  std::unordered_map<const Node*, std::shared_ptr<Node>> live;
-  clients_.clear();
-  for (Node* n : toposort()) {
-    live.emplace(n, n->shared_from_this());
-    for (size_t i = 0; i < n->inputs.size(); ++i) clients_[n->inputs[i].get()].push_back({n, static_cast<int>(i)});
-  }
-  for (size_t i = 0; i < outputs_.size(); ++i) clients_[outputs_[i].get()].push_back({nullptr, static_cast<int>(i)});
-  nodes_ = std::move(live);
-}
+void FunctionGraph::prune() { dropped_.clear(); }
 
 }  // namespace kiln

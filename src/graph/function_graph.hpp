@@ -14,8 +14,10 @@ namespace kiln {
 // are cloned, leaves (inputs, constants, shared variables) are kept. givens replace variables
 // (by identity) before cloning. Rewrites work on this copy, never on the user's graph.
 //
-// It keeps every node it has seen alive and knows each variable's readers, so that a replacement
-// costs the number of readers, not the size of the graph.
+// It knows each variable's readers, so that a replacement costs the number of readers, not the
+// size of the graph, and it drops a node as soon as no output depends on it any more (its readers
+// are counted, as references are): the readers of a variable are always exactly the live ones.
+// Dropped nodes stay alive until prune(), so that a rewrite pass may hold on to them meanwhile.
 class FunctionGraph {
  public:
   FunctionGraph(std::vector<Var> inputs, const std::vector<Var>& outputs,
@@ -27,13 +29,13 @@ class FunctionGraph {
   std::vector<Node*> toposort() const;
   // Leaves that the outputs depend on.
   std::vector<Variable*> leaves() const;
-  // The readers of a variable: (node, input position), and (nullptr, output index) for a graph
-  // output. Readers that no output depends on any more may still be listed until prune().
+  // The readers of a variable that the outputs depend on: (node, input position), and (nullptr,
+  // output index) for a graph output.
   const std::vector<std::pair<Node*, int>>& clients(const Variable* v) const;
   // Every reader of old_var reads new_var instead. The dtype and ndim must agree, and new_var must
   // keep every axis that old_var's type declares broadcastable.
   void replace(const Var& old_var, const Var& new_var, const std::string& reason = "");
-  // Forgets the nodes that no output depends on any more.
+  // Releases the nodes dropped since the last prune.
   void prune();
 
   // Called after every replace with (old, new, reason): the debug mode checks values with it.
@@ -41,9 +43,12 @@ class FunctionGraph {
 
  private:
   void import(const Var& v);  // registers the nodes of v's subgraph and their readers
+  // Drops node when none of its outputs has a reader left, and then the nodes only it read.
+  void drop_if_unread(Node* node);
   std::vector<Var> inputs_;
   std::vector<Var> outputs_;
-  std::unordered_map<const Node*, std::shared_ptr<Node>> nodes_;
+  std::unordered_map<const Node*, std::shared_ptr<Node>> nodes_;  // live ones
+  std::vector<std::shared_ptr<Node>> dropped_;
   std::unordered_map<const Variable*, std::vector<std::pair<Node*, int>>> clients_;
 };
 

@@ -369,7 +369,7 @@ class CompositeKernel final : public KernelOf<Composite> {
   std::vector<bool> scalar_input_;
   // The program as machine code for the instruction set active when the node was compiled; the
   // interpreter runs it under any other.
-  std::unique_ptr<const CompiledProgram> compiled_;
+  std::shared_ptr<const CompiledProgram> compiled_;
   // Per instruction set, each instruction's loop for the interpreter; where each one's operands
   // start in the flat operand list.
   std::array<std::vector<BlockLoop>, 3> loops_;

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <bit>
 #include <map>
+#include <mutex>
+#include <unordered_map>
 
 #include "ops/composite.hpp"
 
@@ -447,15 +449,16 @@ class JitProgram final : public CompiledProgram {
 
 }  // namespace
 
-std::unique_ptr<const CompiledProgram> CompiledProgram::compile(const std::vector<ScalarInstruction>& program,
-                                                                std::span<const DType> input_dtypes,
-                                                                const std::vector<bool>& scalar_input, Isa isa) {
-  if (isa == Isa::baseline || program.empty()) return nullptr;
+namespace {
+
+std::shared_ptr<const CompiledProgram> generate(const std::vector<ScalarInstruction>& program,
+                                                std::span<const DType> input_dtypes, const std::vector<bool>& scalar_input,
+                                                Isa isa) {
   // The widest unroll whose registers fit: four independent copies hide the latency of a chain.
   for (int unroll : {4, 2, 1}) {
     try {
       auto code = std::make_unique<ProgramEmitter>(program, input_dtypes, scalar_input, isa, unroll);
-      return std::make_unique<JitProgram>(std::move(code), isa);
+      return std::make_shared<JitProgram>(std::move(code), isa);
     } catch (const OutOfRegisters&) {
       continue;
     } catch (const Unsupported&) {
@@ -465,6 +468,52 @@ std::unique_ptr<const CompiledProgram> CompiledProgram::compile(const std::vecto
     }
   }
   return nullptr;
+}
+
+// What decides the machine code: the program, the inputs' dtypes and which are single values, the
+// instruction set.
+std::vector<int64_t> program_key(const std::vector<ScalarInstruction>& program, std::span<const DType> input_dtypes,
+                                 const std::vector<bool>& scalar_input, Isa isa) {
+  std::vector<int64_t> key{static_cast<int64_t>(isa), static_cast<int64_t>(input_dtypes.size())};
+  for (size_t i = 0; i < input_dtypes.size(); ++i) key.push_back(static_cast<int64_t>(input_dtypes[i]) * 2 + scalar_input[i]);
+  for (const ScalarInstruction& ins : program) {
+    key.push_back(static_cast<int64_t>(ins.op));
+    key.push_back(static_cast<int64_t>(ins.dtype));
+    key.push_back(static_cast<int64_t>(ins.args.size()));
+    key.insert(key.end(), ins.args.begin(), ins.args.end());
+  }
+  return key;
+}
+
+struct KeyHash {
+  size_t operator()(const std::vector<int64_t>& key) const {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (int64_t v : key) h = (h ^ static_cast<uint64_t>(v)) * 0x100000001b3ULL;
+    return static_cast<size_t>(h);
+  }
+};
+
+// A deep network repeats the same fused programs layer after layer: each is generated once per
+// process. Bounded: past it, programs are generated for their node alone.
+constexpr size_t kMostPrograms = 4096;
+
+}  // namespace
+
+std::shared_ptr<const CompiledProgram> CompiledProgram::compile(const std::vector<ScalarInstruction>& program,
+                                                                std::span<const DType> input_dtypes,
+                                                                const std::vector<bool>& scalar_input, Isa isa) {
+  if (isa == Isa::baseline || program.empty()) return nullptr;
+  static std::mutex mutex;
+  static std::unordered_map<std::vector<int64_t>, std::shared_ptr<const CompiledProgram>, KeyHash> made;
+  std::vector<int64_t> key = program_key(program, input_dtypes, scalar_input, isa);
+  {
+    std::lock_guard lock(mutex);
+    if (auto it = made.find(key); it != made.end()) return it->second;
+  }
+  std::shared_ptr<const CompiledProgram> code = generate(program, input_dtypes, scalar_input, isa);
+  std::lock_guard lock(mutex);
+  if (made.size() < kMostPrograms) made.emplace(std::move(key), code);
+  return code;
 }
 
 }  // namespace kiln

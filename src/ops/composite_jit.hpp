@@ -22,8 +22,9 @@ class CompiledProgram {
   // The machine code of `program` over inputs of `input_dtypes`, where scalar_input[i] says that
   // input i is one value standing for all (a pointer to it is passed); null when the program
   // uses a dtype, an op or an instruction set this compiler does not handle, or needs more
-  // registers than the set has (the interpreter then runs it).
-  static std::unique_ptr<const CompiledProgram> compile(const std::vector<ScalarInstruction>& program,
+  // registers than the set has (the interpreter then runs it). Each distinct program is generated
+  // once per process and shared (a deep network repeats its fused programs layer after layer).
+  static std::shared_ptr<const CompiledProgram> compile(const std::vector<ScalarInstruction>& program,
                                                         std::span<const DType> input_dtypes,
                                                         const std::vector<bool>& scalar_input, Isa isa);
   virtual ~CompiledProgram() = default;
