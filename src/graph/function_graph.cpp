@@ -127,6 +127,7 @@ void FunctionGraph::import(const Var& root) {
     Node* n = stack.back();
     stack.pop_back();
     if (!nodes_.emplace(n, n->shared_from_this()).second) continue;
+    n->changed_at = version_;
     for (size_t i = 0; i < n->inputs.size(); ++i) {
       clients_[n->inputs[i].get()].push_back({n, static_cast<int>(i)});
       if (Node* p = n->inputs[i].get()->owner; p && !nodes_.count(p)) stack.push_back(p);
@@ -173,15 +174,22 @@ void FunctionGraph::replace(const Var& old_var, const Var& new_var, const std::s
     throw TypeError("FunctionGraph::replace" + (reason.empty() ? std::string() : " (" + reason + ")") + ": " + a.str() +
                     " cannot be replaced by " + b.str());
   if (old_var.same(new_var)) return;
+  ++version_;
   import(new_var);
+  for (const Var* v : {&old_var, &new_var})
+    if (Node* owner = v->get()->owner) owner->changed_at = version_;
   auto it = clients_.find(old_var.get());
   if (it != clients_.end()) {
     std::vector<std::pair<Node*, int>> readers = std::move(it->second);
     clients_.erase(it);
     auto& target = clients_[new_var.get()];
     for (auto [node, i] : readers) {
-      if (node) node->inputs[i] = new_var;
-      else outputs_[i] = new_var;
+      if (node) {
+        node->inputs[i] = new_var;
+        node->changed_at = version_;
+      } else {
+        outputs_[i] = new_var;
+      }
       target.push_back({node, i});
     }
     // old_var has no reader left: its node goes unless another of its outputs is read.

@@ -37,6 +37,9 @@ class FunctionGraph {
   void replace(const Var& old_var, const Var& new_var, const std::string& reason = "");
   // Releases the nodes dropped since the last prune.
   void prune();
+  // Counts replacements: a node whose Node::changed_at is above a version read earlier changed
+  // since then.
+  uint64_t version() const { return version_; }
 
   // Called after every replace with (old, new, reason): the debug mode checks values with it.
   std::function<void(const Var&, const Var&, const std::string&)> on_replace;
@@ -50,6 +53,7 @@ class FunctionGraph {
   std::unordered_map<const Node*, std::shared_ptr<Node>> nodes_;  // live ones
   std::vector<std::shared_ptr<Node>> dropped_;
   std::unordered_map<const Variable*, std::vector<std::pair<Node*, int>>> clients_;
+  uint64_t version_ = 0;
 };
 
 // Nodes between leaves and outputs in topological order, without recursion (deep graphs).

@@ -99,6 +99,9 @@ class Node : public std::enable_shared_from_this<Node> {
   // The last walk of a compiled function's own graph that reached it (topological_order_of_own):
   // a walk marks nodes instead of hashing them.
   mutable uint64_t walk_mark = 0;
+  // The version of its FunctionGraph when it last changed (it was added, an input was replaced,
+  // or one of its values got or lost readers): the rewrite engine revisits only changed nodes.
+  mutable uint64_t changed_at = 0;
 
   Var output(size_t i);  // a Var that keeps this node alive
   std::string where() const;   // "file:line", with "(gradient)" or "(rewritten)" for derived nodes

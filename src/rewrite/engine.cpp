@@ -73,9 +73,18 @@ void apply_group(FunctionGraph& graph, const RewriteGroup& group, CompileReport&
     recent.push_back(name);
     if (recent.size() > 6) recent.pop_front();
   };
+  // A global rewrite applies everywhere it can in one application: it runs again only when
+  // something else changed the graph since. Local rewrites revisit, after the first pass, only the
+  // nodes that changed during the pass before (Node::changed_at).
+  std::vector<uint64_t> global_ran_at(group.globals.size(), 0);
+  bool first_pass = true;
+  uint64_t pass_start = graph.version();
   for (int pass = 0; pass < max_passes; ++pass) {
     int64_t changes = 0;
+    const uint64_t visit_after = pass_start;
+    pass_start = graph.version();
     for (size_t gi = 0; gi < group.globals.size(); ++gi) {
+      if (!first_pass && graph.version() == global_ran_at[gi]) continue;
       auto start = Clock::now();
       const int64_t n = group.globals[gi].apply(graph);
       RewriteStat& s = report.rewrites[global_stat[gi]];
@@ -83,10 +92,12 @@ void apply_group(FunctionGraph& graph, const RewriteGroup& group, CompileReport&
       s.fired += n;
       changes += n;
       if (n) remember(group.globals[gi].name);
+      global_ran_at[gi] = graph.version();
     }
     if (!group.locals.empty()) {
       // The graph keeps every node it has seen alive until prune(), replaced ones included.
       for (Node* node : graph.toposort()) {
+        if (!first_pass && node->changed_at <= visit_after) continue;
         auto it = by_op.find(std::type_index(typeid(*node->op)));
         const std::vector<size_t>& candidates = it == by_op.end() ? any_op : it->second;
         if (candidates.empty() || !is_live(graph, node)) continue;
@@ -113,6 +124,7 @@ void apply_group(FunctionGraph& graph, const RewriteGroup& group, CompileReport&
         }
       }
     }
+    first_pass = false;
     if (changes == 0) {
       if (pass > 0) graph.prune();  // forget what the group's replacements left behind
       settle_times();

@@ -20,7 +20,8 @@ struct LocalRewrite {
 // The entry of LocalRewrite::ops for the op class T.
 template <class T> std::type_index op_class() { return std::type_index(typeid(T)); }
 
-// A whole-graph rewrite; returns how many replacements it made.
+// A whole-graph rewrite; returns how many replacements it made. It applies everywhere it can in
+// one application: the engine runs it again only when something else changed the graph since.
 struct GlobalRewrite {
   std::string name;
   std::function<int64_t(FunctionGraph&)> apply;
@@ -32,7 +33,8 @@ struct RewriteGroup {
   std::vector<LocalRewrite> locals;    // then every node, until nothing changes
 };
 
-// Runs one group on the graph until it settles (at most max_passes passes; more means two rewrites
+// Runs one group on the graph until it settles (after the first pass, local rewrites revisit only
+// the nodes that changed in the pass before) (at most max_passes passes; more means two rewrites
 // undo each other, and raises Error naming the last ones that fired). Statistics go to report.
 void apply_group(FunctionGraph& graph, const RewriteGroup& group, CompileReport& report, int max_passes = 50);
 
