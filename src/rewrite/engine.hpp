@@ -33,9 +33,10 @@ struct RewriteGroup {
   std::vector<LocalRewrite> locals;    // then every node, until nothing changes
 };
 
-// Runs one group on the graph until it settles (after the first pass, local rewrites revisit only
-// the nodes that changed in the pass before) (at most max_passes passes; more means two rewrites
-// undo each other, and raises Error naming the last ones that fired). Statistics go to report.
+// Runs one group on the graph until it settles, in at most max_passes passes (more means two
+// rewrites undo each other, and raises Error naming the last ones that fired). After the first
+// pass, local rewrites revisit only the nodes that changed in the pass before. Statistics go to
+// report.
 void apply_group(FunctionGraph& graph, const RewriteGroup& group, CompileReport& report, int max_passes = 50);
 
 // The catalogue: merge, constant_folding, canonicalize, stabilize, specialize, fusion, and any
