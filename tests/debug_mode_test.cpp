@@ -48,7 +48,7 @@ class ScribblesOnInput final : public Op {
   std::vector<Shape> infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const override { return {in[0]}; }
 };
 struct ScribblesOnInputKernel final : Executable {
-  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
     Tensor victim = in[0];
     victim.data<double>()[0] = 42;
     out[0].copy_from(in[0]);
@@ -63,7 +63,7 @@ class ReturnsItsInput final : public Op {
   std::vector<Shape> infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const override { return {in[0]}; }
 };
 struct ReturnsItsInputKernel final : Executable {
-  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override { out[0] = in[0]; }
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override { out[0] = in[0]; }
 };
 
 const bool kernels_added = [] {

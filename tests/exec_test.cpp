@@ -30,7 +30,7 @@ class RejectsNegatives final : public Op {
   std::vector<Shape> infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const override { return {in[0]}; }
 };
 struct RejectsNegativesKernel final : Executable {
-  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
     const double first = in[0].item_as_double(0);
     parallel_region(2, [&](int thread, int) {
       if (thread == 0 && first < 0) throw ShapeError("rejects_negatives: the first element is " + std::to_string(first));
@@ -53,7 +53,7 @@ struct NeedsScratchKernel final : Executable {
     return shape_numel(in[0]) * static_cast<int64_t>(sizeof(double));
   }
   // out = 2 * x, computed through the scratch.
-  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte> scratch) const override {
+  void run(InputValues in, OutputValues out, std::span<std::byte> scratch) const override {
     const int64_t n = in[0].numel();
     if (static_cast<int64_t>(scratch.size()) < n * 8 || reinterpret_cast<uintptr_t>(scratch.data()) % 64 != 0)
       throw Error("needs_scratch: got " + std::to_string(scratch.size()) + " bytes of scratch");

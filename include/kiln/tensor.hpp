@@ -20,7 +20,16 @@ inline constexpr DType b8 = DType::b8;
 
 using Shape = std::vector<int64_t>;
 
-size_t dtype_size(DType);
+constexpr size_t dtype_size(DType d) {
+  switch (d) {
+    case DType::f32: return 4;
+    case DType::f64: return 8;
+    case DType::i32: return 4;
+    case DType::i64: return 8;
+    case DType::b8: return 1;
+  }
+  return 0;
+}
 const char* dtype_name(DType);
 bool is_float(DType);
 bool is_integer(DType);  // i32, i64 (not b8)
@@ -113,7 +122,11 @@ class Tensor {
   const Shape& strides() const { return impl().strides; }  // in elements
   int64_t offset() const { return impl().offset; }          // in elements
   int64_t ndim() const { return static_cast<int64_t>(impl().shape.size()); }
-  int64_t numel() const;
+  int64_t numel() const {  // the shape's product was checked against overflow when it was made
+    int64_t n = 1;
+    for (int64_t d : impl().shape) n *= d;
+    return n;
+  }
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype()); }
   bool is_contiguous() const;
   const std::shared_ptr<Storage>& storage() const { return impl().storage; }
@@ -127,7 +140,10 @@ class Tensor {
     check_dtype(dtype_of<T>());
     return reinterpret_cast<const T*>(raw_data());
   }
-  std::byte* raw_data() const;
+  std::byte* raw_data() const {
+    const Impl& m = impl();
+    return m.storage->data() + m.offset * static_cast<int64_t>(dtype_size(m.dtype));
+  }
   template <class T> T item() const;          // converts from the tensor's dtype
   template <class T> std::vector<T> to_vector() const;  // row-major order, converting
   double item_as_double(int64_t flat_index) const;      // row-major index

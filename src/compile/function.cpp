@@ -519,8 +519,11 @@ class ContextUse {
   void keep_arena_slots(const MemoryPlan* plan) { plan_ = plan; }
   ~ContextUse() {
     context_.run.parked.resize(context_.slots.size());
+    // Values the plan holds (constants, values computed once) stay for the next call, and, with a
+    // kept arena, the values in it.
     for (size_t s = 0; s < context_.slots.size(); ++s)
-      if (!(keeps_arena_ && plan_ && plan_->in_arena[s])) context_.run.release(context_.slots[s], s);
+      if (!(plan_ && (plan_->value[s].defined() || (keeps_arena_ && plan_->in_arena[s]))))
+        context_.run.release(context_.slots[s], s);
     for (auto& hold : context_.holds) hold.reset();
     for (Tensor& t : context_.old_shared) t = Tensor();
     for (Tensor& t : context_.new_values) t = Tensor();
@@ -586,7 +589,8 @@ void Function::call(std::span<const Tensor> args, std::vector<Tensor>& results) 
     }
     slots[p.shared_slots[i].first] = old_shared[i];
   }
-  for (const auto& [s, value] : p.constant_slots) slots[s] = value;
+  for (const auto& [s, value] : p.constant_slots)
+    if (!slots[s].defined()) slots[s] = value;  // kept from the last call
 
   if (!f.replacements.empty()) check_rewrites(f, slots);
   // Mode::debug(): first a run without any plan (with the op checks; it never overwrites an

@@ -87,7 +87,7 @@ struct OpChecks {
 
 // The run loop's vectors, kept by the caller between calls so that a steady call allocates none.
 struct RunBuffers {
-  std::vector<Tensor> inputs, outputs, before;
+  std::vector<Tensor> before;  // Mode::debug()'s copies of an instruction's inputs
   // Per slot: the parked handle (tensor/handles.hpp) of a view released by an earlier run, which
   // the view's executable re-views in place.
   std::vector<Tensor> parked;

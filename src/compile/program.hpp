@@ -46,7 +46,6 @@ struct Program {
   std::vector<std::pair<int, Tensor>> constant_slots;
   std::vector<int> result_slots;  // function outputs, then update values
   std::vector<const Variable*> slot_vars;
-  size_t widest = 0;  // the most inputs or outputs of one instruction
   // What the instructions' lists view.
   std::vector<int> operand_slots;
   std::vector<uint8_t> view_flags;

@@ -164,7 +164,6 @@ Program emit_program(const std::vector<Var>& inputs, const std::vector<Var>& res
       d.output_dtypes.push_back(v->type.dtype);
     }
     for (auto [out, in] : n->op->view_map()) d.output_is_view[static_cast<size_t>(out)] = 1;
-    p.widest = std::max({p.widest, d.inputs.size(), d.outputs.size()});
     code.push_back(std::move(d));
   };
   // Emits a block of nodes in topological order; an ifelse in it brings its branches' exclusive
@@ -229,8 +228,8 @@ bool has_nan_or_inf(const Tensor& t) {
   return false;
 }
 
-void check_op(const Instruction& ins, const std::vector<Tensor>& inputs, const std::vector<Tensor>& before,
-              const std::vector<Tensor>& outputs, bool nan_guard) {
+void check_op(const Instruction& ins, InputValues inputs, const std::vector<Tensor>& before, OutputValues outputs,
+              bool nan_guard) {
   const Op& op = *ins.node->op;
   const std::string where = op.name() + " (" + ins.node->origin() + ")";
   for (size_t i = 0; i < inputs.size(); ++i)
@@ -250,33 +249,36 @@ void check_op(const Instruction& ins, const std::vector<Tensor>& inputs, const s
   }
 }
 
-// The buffer an output is written into: its place in the arena, the tensor of the input it
-// overwrites in place outside the arena (a lent buffer, or one leaving the call), or a fresh
-// allocation (of the planned shape, or of the shape known only now).
-Tensor output_buffer(const Instruction& ins, size_t o, const MemoryPlan& plan, const std::shared_ptr<Storage>& arena,
-                     const std::vector<Tensor>& slots, const std::vector<Tensor>& inputs, bool warm) {
+// Puts in the output's slot the buffer it is written into: its place in the arena (a kept slot
+// that still is that view is left as it is, and a warm call's is not even checked), the tensor of
+// the input it overwrites in place outside the arena (a lent buffer, or one leaving the call), or
+// a fresh allocation (of the planned shape, or of the shape known only now).
+void place_output(const Instruction& ins, size_t o, const MemoryPlan& plan, const std::shared_ptr<Storage>& arena,
+                  std::vector<Tensor>& slots, InputValues inputs, bool warm) {
   const int s = ins.outputs[o];
   const DType dtype = ins.output_dtypes[o];
+  Tensor& slot = slots[s];
   if (plan.offset[s] >= 0) {
-    if (const Tensor& kept = slots[s]; warm && kept.defined() && !kept.is_disposed()) return kept;
+    if (warm && slot.defined() && !slot.is_disposed()) return;
     const Shape& shape = *plan.shape[s];
     const int64_t offset = plan.offset[s] / static_cast<int64_t>(dtype_size(dtype));
-    // The tensor a kept slot holds from the last call, when it still is this view.
-    if (const Tensor& kept = slots[s]; kept.defined() && !kept.is_disposed() && kept.storage() == arena &&
-                                       kept.dtype() == dtype && kept.offset() == offset && kept.shape() == shape)
-      return kept;
-    return Tensor::view_of(arena, dtype, shape, contiguous_strides(shape), offset);
+    if (slot.defined() && !slot.is_disposed() && slot.storage() == arena && slot.dtype() == dtype &&
+        slot.offset() == offset && slot.shape() == shape)
+      return;
+    slot = Tensor::view_of(arena, dtype, shape, contiguous_strides(shape), offset);
+    return;
   }
-  if (const int lent = plan.reuse_input[s]; lent >= 0 && slots[lent].is_contiguous() && slots[lent].dtype() == dtype)
-    return slots[lent];
-  if (plan.shape[s]) return Tensor::empty(*plan.shape[s], dtype);
-  return Tensor::empty(node_shapes(*ins.node, inputs).outputs[o], dtype);
+  if (const int lent = plan.reuse_input[s]; lent >= 0 && slots[lent].is_contiguous() && slots[lent].dtype() == dtype) {
+    slot = slots[lent];
+    return;
+  }
+  slot = Tensor::empty(plan.shape[s] ? *plan.shape[s] : node_shapes(*ins.node, inputs).outputs[o], dtype);
 }
 
 // The instruction's working memory: its planned place in the arena, or, where the plan could not
 // size it (shapes known only when it runs, or no plan), a buffer allocated now.
 std::span<std::byte> scratch_of(const Instruction& ins, size_t k, const MemoryPlan& plan, const std::shared_ptr<Storage>& arena,
-                                const std::vector<Tensor>& inputs, std::shared_ptr<Storage>& unplanned_scratch) {
+                                InputValues inputs, std::shared_ptr<Storage>& unplanned_scratch) {
   if (plan.scratch_offset[k] >= 0)
     return {arena->data() + plan.scratch_offset[k], static_cast<size_t>(plan.scratch_bytes[k])};
   if (plan.scratch_offset[k] == kNoScratch) return {};
@@ -342,19 +344,21 @@ void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& 
 #endif
   for (size_t k = 0; k < p.code.size(); ++k)
     if (plan.precomputed[k])
-      for (int s : p.code[k].outputs) slots[s] = plan.value[s];
+      for (int s : p.code[k].outputs)
+        if (!options.warm || !slots[s].defined()) slots[s] = plan.value[s];
   std::vector<std::string>* failures = options.failures;
   if (failures) failures->assign(p.n_slots, std::string());
   auto failed = [&](int s) { return failures && !(*failures)[s].empty(); };
   RunBuffers own_buffers;
   RunBuffers& buffers = options.buffers ? *options.buffers : own_buffers;
-  std::vector<Tensor>&inputs = buffers.inputs, &outputs = buffers.outputs, &before = buffers.before;
+  std::vector<Tensor>& before = buffers.before;
   std::shared_ptr<Storage> unplanned_scratch;
-  inputs.reserve(p.widest);
-  outputs.reserve(p.widest);
   buffers.parked.resize(slots.size());
+  // Values the plan holds (constants, values computed once) are never released, nor, in a kept
+  // arena, the values in it.
   auto release = [&](int s) {
-    if (!(options.keeps_arena_slots && plan.in_arena[s])) buffers.release(slots[s], static_cast<size_t>(s));
+    if (!(plan.value[s].defined() || (options.keeps_arena_slots && plan.in_arena[s])))
+      buffers.release(slots[s], static_cast<size_t>(s));
   };
   for (size_t k = 0; k < p.code.size();) {
     const Instruction& ins = p.code[k];
@@ -377,18 +381,17 @@ void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& 
           continue;
         }
       }
-      inputs.clear();
-      for (int s : ins.inputs) inputs.push_back(slots[s]);
+      // The node reads its inputs and writes its outputs where they are, in the slots.
+      const InputValues inputs(slots.data(), ins.inputs);
+      const OutputValues outputs(slots.data(), ins.outputs);
       try {
-        outputs.resize(ins.outputs.size());
-        for (size_t o = 0; o < outputs.size(); ++o) {
-          const int s = ins.outputs[o];
-          outputs[o] = !ins.output_is_view[o] ? Tensor() : slots[s].defined() ? slots[s] : std::move(buffers.parked[s]);
-        }
         std::span<std::byte> scratch;
         try {
-          for (size_t o = 0; o < outputs.size(); ++o)
-            if (!ins.output_is_view[o]) outputs[o] = output_buffer(ins, o, plan, arena, slots, inputs, options.warm);
+          for (size_t o = 0; o < ins.outputs.size(); ++o) {
+            const int s = ins.outputs[o];
+            if (!ins.output_is_view[o]) place_output(ins, o, plan, arena, slots, inputs, options.warm);
+            else if (!slots[s].defined()) slots[s] = std::move(buffers.parked[s]);  // re-viewed in place
+          }
           scratch = scratch_of(ins, k, plan, arena, inputs, unplanned_scratch);
         } catch (const Error& e) {
           e.rethrow_with(std::string(e.what()) + node_context(*ins.node, inputs));
@@ -407,19 +410,15 @@ void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& 
         if (options.checks) check_op(ins, inputs, before, outputs, options.checks->nan_guard);
       } catch (const Error& e) {
         if (!failures) throw;
-        for (int s : ins.outputs) (*failures)[s] = e.what();
-        outputs.assign(ins.outputs.size(), Tensor());
+        for (int s : ins.outputs) {
+          (*failures)[s] = e.what();
+          slots[s] = Tensor();
+        }
       }
-      for (size_t o = 0; o < outputs.size(); ++o) slots[ins.outputs[o]] = std::move(outputs[o]);
     }
-    inputs.clear();  // its handles would keep release from parking what they name
     for (int s : ins.release_after) release(s);
     ++k;
   }
-  // The vectors stay for the next call, the handles in them do not (one on a shared variable's
-  // buffer would keep the next call from overwriting it).
-  inputs.clear();
-  outputs.clear();
   before.clear();
 }
 

@@ -6,17 +6,17 @@
 
 namespace kiln {
 
-std::string describe_values(std::span<const Tensor> values) {
+std::string describe_values(InputValues values) {
   std::string s;
   for (size_t i = 0; i < values.size(); ++i) s += (i ? ", " : "") + (values[i].defined() ? values[i].str() : std::string("none"));
   return s;
 }
 
-std::string node_context(const Node& node, std::span<const Tensor> inputs) {
+std::string node_context(const Node& node, InputValues inputs) {
   return "\n  while running " + node.op->name() + " on " + describe_values(inputs) + ", " + node.origin();
 }
 
-void run_node(const Node& node, const Executable& executable, std::span<const Tensor> inputs, std::span<Tensor> outputs,
+void run_node(const Node& node, const Executable& executable, InputValues inputs, OutputValues outputs,
               std::span<std::byte> scratch) {
   try {
     executable.run(inputs, outputs, scratch);
@@ -28,7 +28,7 @@ void run_node(const Node& node, const Executable& executable, std::span<const Te
   }
 }
 
-NodeShapes node_shapes(const Node& node, std::span<const Tensor> inputs) {
+NodeShapes node_shapes(const Node& node, InputValues inputs) {
   NodeShapes shapes;
   std::vector<const Tensor*> values;
   for (const Tensor& t : inputs) {
@@ -39,7 +39,7 @@ NodeShapes node_shapes(const Node& node, std::span<const Tensor> inputs) {
   return shapes;
 }
 
-std::vector<Tensor> evaluate_node(const Node& node, const Executable& executable, std::span<const Tensor> inputs,
+std::vector<Tensor> evaluate_node(const Node& node, const Executable& executable, InputValues inputs,
                                   const Backend& backend) {
   const NodeShapes shapes = node_shapes(node, inputs);
   const std::vector<Shape>& out_shapes = shapes.outputs;

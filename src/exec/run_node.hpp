@@ -13,7 +13,7 @@ namespace kiln {
 // main.cpp:42"), with its type kept; std::bad_alloc becomes a MemoryError naming the op. Kernels
 // enter OpenMP only through parallel_region, which carries an exception raised on any thread
 // back here with its type.
-void run_node(const Node& node, const Executable& executable, std::span<const Tensor> inputs, std::span<Tensor> outputs,
+void run_node(const Node& node, const Executable& executable, InputValues inputs, OutputValues outputs,
               std::span<std::byte> scratch);
 
 // The shapes of a node's inputs and, by its shape inference on these values, of its outputs. An
@@ -21,17 +21,17 @@ void run_node(const Node& node, const Executable& executable, std::span<const Te
 struct NodeShapes {
   std::vector<Shape> inputs, outputs;
 };
-NodeShapes node_shapes(const Node& node, std::span<const Tensor> inputs);
+NodeShapes node_shapes(const Node& node, InputValues inputs);
 
 // A node run outside any plan: its outputs (views excepted) and its scratch allocated through the
 // backend for this run, with the shapes inferred from the inputs.
-std::vector<Tensor> evaluate_node(const Node& node, const Executable& executable, std::span<const Tensor> inputs,
+std::vector<Tensor> evaluate_node(const Node& node, const Executable& executable, InputValues inputs,
                                   const Backend& backend);
 
 // "\n  while running <op> on <inputs>, built at <file:line>": what run_node adds to an error.
-std::string node_context(const Node& node, std::span<const Tensor> inputs);
+std::string node_context(const Node& node, InputValues inputs);
 
 // "f32(2,3), i64(4,)": how errors describe a node's inputs.
-std::string describe_values(std::span<const Tensor> values);
+std::string describe_values(InputValues values);
 
 }  // namespace kiln

@@ -4,12 +4,56 @@
 #include <shared_mutex>
 #include <span>
 #include <typeindex>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
 #include "graph/node.hpp"
 
 namespace kiln {
+
+// The tensors a node runs on, read where they are: the run loop's slots, picked by an
+// instruction's slot numbers, or any contiguous array. Running a node copies no tensor handle (with
+// kiln's threads about, each copy is two atomic operations).
+template <class T> class Values {
+ public:
+  Values() = default;
+  Values(std::span<T> values) : base_(values.data()), size_(values.size()) {}  // NOLINT: any array of tensors
+  Values(std::vector<std::remove_const_t<T>>& values) : base_(values.data()), size_(values.size()) {}  // NOLINT
+  Values(const std::vector<std::remove_const_t<T>>& values)  // NOLINT
+    requires std::is_const_v<T>
+      : base_(values.data()), size_(values.size()) {}
+  Values(T* slots, std::span<const int> picks) : base_(slots), picks_(picks.data()), size_(picks.size()) {}
+
+  T& operator[](size_t i) const { return picks_ ? base_[picks_[i]] : base_[i]; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+
+  class iterator {
+   public:
+    using value_type = std::remove_const_t<T>;
+    using difference_type = std::ptrdiff_t;
+    iterator() = default;
+    iterator(const Values* v, size_t i) : v_(v), i_(i) {}
+    T& operator*() const { return (*v_)[i_]; }
+    iterator& operator++() { return ++i_, *this; }
+    iterator operator++(int) { return {v_, i_++}; }
+    bool operator==(const iterator& o) const { return i_ == o.i_; }
+
+   private:
+    const Values* v_ = nullptr;
+    size_t i_ = 0;
+  };
+  iterator begin() const { return {this, 0}; }
+  iterator end() const { return {this, size_}; }
+
+ private:
+  T* base_ = nullptr;
+  const int* picks_ = nullptr;  // null: contiguous
+  size_t size_ = 0;
+};
+using InputValues = Values<const Tensor>;
+using OutputValues = Values<Tensor>;
 
 // How one node runs on one backend: made once per node when a function is compiled (exec/), it
 // may hold what it chose then (a matrix kernel, an inner program). run() is const: calls of one
@@ -30,7 +74,7 @@ class Executable {
   // op declares as views (Op::view_map), which run() sets: an output that still holds the view it
   // set last time, of the same bytes, may be left as it is (set_view does that). No run allocates:
   // what it needs beyond its outputs is `scratch`, at least scratch_bytes() long, 64-byte aligned.
-  virtual void run(std::span<const Tensor> inputs, std::span<Tensor> outputs, std::span<std::byte> scratch) const = 0;
+  virtual void run(InputValues inputs, OutputValues outputs, std::span<std::byte> scratch) const = 0;
 };
 
 // out = a view of base with this geometry; out is left as it is (no allocation) when it already is

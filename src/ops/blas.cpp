@@ -489,7 +489,7 @@ class DotKernel final : public KernelOf<Dot> {
     const int64_t m = in[0].size() == 2 ? in[0][0] : 1, k = in[0].back(), n = in[1].size() == 2 ? in[1][1] : 1;
     return gemm_scratch_bytes(output_dtype(0), m, n, k);
   }
-  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte> scratch) const override {
+  void run(InputValues in, OutputValues out, std::span<std::byte> scratch) const override {
     const MatrixView a = dot_operand(in[0], true), b = dot_operand(in[1], false);
     gemm(out[0].dtype(), a.rows, b.cols, a.cols, 1.0, a, b, 0.0, out[0].raw_data(), b.cols, scratch);
   }
@@ -505,7 +505,7 @@ class GemmKernel final : public KernelOf<Gemm> {
     const int64_t product = Shape{m, n} == out[0] ? 0 : m * n * static_cast<int64_t>(dtype_size(output_dtype(0)));
     return (product + 63) / 64 * 64 + gemm_scratch_bytes(output_dtype(0), m, n, k);
   }
-  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte> scratch) const override {
+  void run(InputValues in, OutputValues out, std::span<std::byte> scratch) const override {
     const Tensor &c = in[0], &a = in[1], &b = in[2], &o = out[0];
     const double alpha = in[3].item<double>(), beta = in[4].item<double>();
     const int64_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
@@ -539,7 +539,7 @@ class BatchedMatmulKernel final : public KernelOf<BatchedMatmul> {
     const size_t nd = in[0].size();
     return gemm_scratch_bytes(output_dtype(0), in[0][nd - 2], in[1][nd - 1], in[0][nd - 1]);
   }
-  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte> scratch) const override {
+  void run(InputValues in, OutputValues out, std::span<std::byte> scratch) const override {
     const Tensor &a = in[0], &b = in[1], &c = out[0];
     const int64_t nd = c.ndim();
     const int64_t m = c.shape()[nd - 2], n = c.shape()[nd - 1], k = a.shape()[nd - 1];

@@ -17,10 +17,6 @@ namespace kiln {
 
 namespace {
 
-constexpr int64_t kParallelElements = 1 << 15;
-// Outputs larger than the caches are written with non-temporal stores, like a large memcpy: the
-// lines are not read first (ordinary stores read each line before writing it: 50% more traffic).
-constexpr int64_t kStreamingBytes = int64_t{8} << 20;
 
 // dst and src 64-byte aligned, bytes a multiple of 64 except possibly at the very end; the widest
 // stores this CPU has.
@@ -294,30 +290,9 @@ class CompositeKernel final : public KernelOf<Composite> {
     return static_cast<int64_t>(thread_bytes(block_of(total), op().reduction() ? shape_numel(outputs[0]) : 0)) * threads;
   }
 
-  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte> scratch) const override;
+  void run(InputValues in, OutputValues out, std::span<std::byte> scratch) const override;
 
  private:
-  // The whole output by the compiled loop, when every input is read in place or is one value: no
-  // block, no scratch; threads take ranges aligned for streaming stores.
-  void run_compiled(const CompiledProgram& compiled, std::span<const InputPlan> plans, int64_t total, Tensor& o,
-                    bool streaming) const {
-    const size_t result_es = dtype_size(reg_dtype_.back());
-    auto run_range = [&](int64_t start, int64_t end) {
-      SmallVector<const void*, 16> inputs(plans.size(), nullptr);
-      for (size_t i = 0; i < plans.size(); ++i)
-        inputs[i] = plans[i].base + (scalar_input_[i] ? 0 : start * static_cast<int64_t>(dtype_size(reg_dtype_[i])));
-      compiled.run(end - start, o.raw_data() + start * static_cast<int64_t>(result_es), inputs.data(), streaming);
-      if (streaming) _mm_sfence();
-    };
-    const int threads = std::max(omp_get_max_threads(), 1);
-    if (threads == 1 || total < kParallelElements || omp_in_parallel()) return run_range(0, total);
-    constexpr int64_t kAlign = 64;  // elements: a multiple of 64 bytes for any dtype
-    const int64_t chunks = (total + kAlign - 1) / kAlign;
-    parallel_region(threads, [&](int t, int nt) {
-      run_range(std::min(total, chunks * t / nt * kAlign), std::min(total, chunks * (t + 1) / nt * kAlign));
-    });
-  }
-
   // Each input has a block of its own (filled when it is broadcast); each computed register takes
   // a block that no later instruction reads, never one of its own operands (the loops then never
   // see a destination that overlaps a source). The block length keeps all blocks within kL1Bytes.
@@ -381,7 +356,7 @@ class CompositeKernel final : public KernelOf<Composite> {
   int64_t block_ = kMinBlock;
 };
 
-void CompositeKernel::run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte> scratch) const {
+void CompositeKernel::run(InputValues in, OutputValues out, std::span<std::byte> scratch) const {
   const Composite& composite = op();
   const auto& program = composite.program();
   const auto& reduction = composite.reduction();
@@ -413,7 +388,7 @@ void CompositeKernel::run(std::span<const Tensor> in, std::span<Tensor> out, std
   const CompiledProgram* compiled = compiled_ && compiled_->isa() == active_isa() ? compiled_.get() : nullptr;
   bool whole_ranges = compiled && !reducing;
   for (int i = 0; i < n_inputs; ++i) whole_ranges = whole_ranges && (plans[i].feed == Feed::direct || scalar_input_[i]);
-  if (whole_ranges) return run_compiled(*compiled, plans, total, o, streaming);
+  if (whole_ranges) return run_in_place(*compiled, in, scalar_input_, o);
 
   // Per instruction, its operands, laid out once per run (a block only moves the operands that
   // read inputs in place and the destination that is the output itself), and its loop.

@@ -1,5 +1,7 @@
 #include "ops/composite_jit.hpp"
 
+#include <immintrin.h>
+#include <omp.h>
 #include <xbyak/xbyak.h>
 
 #include <algorithm>
@@ -9,6 +11,8 @@
 #include <unordered_map>
 
 #include "ops/composite.hpp"
+#include "tensor/parallel.hpp"
+#include "tensor/small_vector.hpp"
 
 namespace kiln {
 
@@ -498,6 +502,28 @@ struct KeyHash {
 constexpr size_t kMostPrograms = 4096;
 
 }  // namespace
+
+void run_in_place(const CompiledProgram& code, InputValues inputs, const std::vector<bool>& single, Tensor& out) {
+  const int64_t total = out.numel();
+  const size_t out_es = dtype_size(out.dtype());
+  std::byte* o = out.raw_data();
+  const bool streaming = static_cast<int64_t>(out.nbytes()) >= kStreamingBytes && reinterpret_cast<uintptr_t>(o) % 64 == 0;
+  auto run_range = [&](int64_t start, int64_t end) {
+    SmallVector<const void*, 16> pointers;
+    for (size_t i = 0; i < inputs.size(); ++i)
+      pointers.push_back(inputs[i].raw_data() + (single[i] ? 0 : start * static_cast<int64_t>(dtype_size(inputs[i].dtype()))));
+    code.run(end - start, o + start * static_cast<int64_t>(out_es), pointers.data(), streaming);
+    if (streaming) _mm_sfence();
+  };
+  if (total < kParallelElements) return run_range(0, total);
+  const int threads = std::max(omp_get_max_threads(), 1);
+  if (threads == 1 || omp_in_parallel()) return run_range(0, total);
+  constexpr int64_t kAlign = 64;  // elements: a multiple of 64 bytes for any dtype
+  const int64_t chunks = (total + kAlign - 1) / kAlign;
+  parallel_region(threads, [&](int t, int nt) {
+    run_range(std::min(total, chunks * t / nt * kAlign), std::min(total, chunks * (t + 1) / nt * kAlign));
+  });
+}
 
 std::shared_ptr<const CompiledProgram> CompiledProgram::compile(const std::vector<ScalarInstruction>& program,
                                                                 std::span<const DType> input_dtypes,

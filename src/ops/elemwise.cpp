@@ -3,10 +3,13 @@
 #include <cmath>
 
 #include "kiln/ops.hpp"
+#include "ops/composite.hpp"
+#include "ops/composite_jit.hpp"
 #include "ops/reduce.hpp"
 #include "ops/shape.hpp"
 #include "tensor/copy.hpp"
 #include "tensor/dispatch.hpp"
+#include "tensor/isa.hpp"
 #include "tensor/nd_loop.hpp"
 
 namespace kiln {
@@ -273,12 +276,27 @@ template <class T> void apply_binary(ScalarOp op, Tensor& out, const Tensor& a, 
   if (!found) throw TypeError(std::string(scalar_op_name(op)) + ": no kernel for " + dtype_name(a.dtype()));
 }
 
+// One elementwise op runs as the one-instruction fused program it is (ops/composite_jit) when its
+// operands are read in place (contiguous in the output's shape, or single values by their type);
+// through the strided loops otherwise.
 class ElemwiseKernel final : public KernelOf<Elemwise> {
  public:
-  using KernelOf::KernelOf;
-  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+  ElemwiseKernel(std::shared_ptr<const Elemwise> op, const Node& node) : KernelOf(std::move(op), node) {
+    std::vector<int> args;
+    std::vector<DType> dtypes;
+    for (const Var& in : node.inputs) {
+      args.push_back(static_cast<int>(args.size()));
+      dtypes.push_back(in.dtype());
+      single_.push_back(std::ranges::all_of(in.type().broadcastable, [](bool b) { return b; }));
+    }
+    const std::vector<ScalarInstruction> program{{this->op().scalar_op(), node.outputs[0]->type.dtype, args}};
+    compiled_ = CompiledProgram::compile(program, dtypes, single_, active_isa());
+  }
+
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
     const ScalarOp op = this->op().scalar_op();
     Tensor& o = out[0];
+    if (compiled_ && compiled_->isa() == active_isa() && reads_in_place(in, o)) return run_in_place(*compiled_, in, single_, o);
     if (op == ScalarOp::cast || op == ScalarOp::fill) return copy_broadcast(o, in[op == ScalarOp::fill ? 1 : 0]);
     if (op == ScalarOp::where)
       return dispatch_dtype(in[1].dtype(), [&](auto tag) { map_where<decltype(tag)>(o, in[0], in[1], in[2]); });
@@ -292,6 +310,17 @@ class ElemwiseKernel final : public KernelOf<Elemwise> {
       }
     });
   }
+
+ private:
+  bool reads_in_place(InputValues in, const Tensor& o) const {
+    if (!o.is_contiguous()) return false;
+    for (size_t i = 0; i < in.size(); ++i)
+      if (!single_[i] && (in[i].shape() != o.shape() || !in[i].is_contiguous())) return false;
+    return true;
+  }
+
+  std::vector<bool> single_;  // per input: one value by its type (every axis broadcastable)
+  std::shared_ptr<const CompiledProgram> compiled_;
 };
 
 }  // namespace

@@ -39,7 +39,7 @@ namespace {
 class IfElseKernel final : public KernelOf<IfElse> {
  public:
   using KernelOf::KernelOf;
-  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
     const int n = op().n();
     const int first = truth_of(in[0]) ? 1 : 1 + n;
     for (int i = 0; i < n; ++i) copy_broadcast(out[i], in[first + i]);

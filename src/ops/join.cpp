@@ -67,7 +67,7 @@ namespace {
 class JoinKernel final : public KernelOf<Join> {
  public:
   using KernelOf::KernelOf;
-  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
     const int64_t axis = op().axis();
     Tensor& o = out[0];
     int64_t start = 0;
@@ -83,7 +83,7 @@ class JoinKernel final : public KernelOf<Join> {
 class JoinSplitKernel final : public KernelOf<JoinSplit> {
  public:
   using KernelOf::KernelOf;
-  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
     const int64_t axis = op().axis();
     const Tensor& g = in[0];
     int64_t start = 0;

@@ -277,7 +277,7 @@ template <class T, class F> void for_each_softmax_row(const Tensor& x, T* exps, 
 class SoftmaxKernel final : public KernelOf<Softmax> {
  public:
   using KernelOf::KernelOf;
-  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
     const bool log = op().is_log();
     const AxisLast x = axis_last(in[0], op().axis()), y = axis_last(out[0], op().axis());
     const int64_t n = x.shape.back();
@@ -297,7 +297,7 @@ class SoftmaxKernel final : public KernelOf<Softmax> {
 class SoftmaxGradKernel final : public KernelOf<SoftmaxGrad> {
  public:
   using KernelOf::KernelOf;
-  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
     const int64_t axis = op().axis();
     const AxisLast g = axis_last(in[0], axis), y = axis_last(in[1], axis), o = axis_last(out[0], axis);
     const int64_t n = y.shape.back();
@@ -326,7 +326,7 @@ class SoftmaxGradKernel final : public KernelOf<SoftmaxGrad> {
 class CrossEntropyKernel final : public KernelOf<CrossEntropy> {
  public:
   using KernelOf::KernelOf;
-  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
     const Tensor& p = in[0];
     const CheckedLabels labels(in[1], p.shape()[1], "categorical_crossentropy");
     dispatch_float(p.dtype(), "categorical_crossentropy", [&](auto tag) {
@@ -341,7 +341,7 @@ class CrossEntropyKernel final : public KernelOf<CrossEntropy> {
 class CrossEntropyGradKernel final : public KernelOf<CrossEntropyGrad> {
  public:
   using KernelOf::KernelOf;
-  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
     const Tensor &g = in[0], &p = in[1];
     const CheckedLabels labels(in[2], p.shape()[1], "categorical_crossentropy_grad");
     Tensor& o = out[0];
@@ -361,7 +361,7 @@ class CrossEntropyGradKernel final : public KernelOf<CrossEntropyGrad> {
 class OneHotKernel final : public KernelOf<OneHot> {
  public:
   using KernelOf::KernelOf;
-  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
     const CheckedLabels labels(in[0], in[1].shape()[1], "onehot");
     Tensor& o = out[0];
     std::memset(o.raw_data(), 0, o.nbytes());
@@ -376,7 +376,7 @@ class OneHotKernel final : public KernelOf<OneHot> {
 class CrossEntropySoftmaxKernel final : public KernelOf<CrossEntropySoftmax> {
  public:
   using KernelOf::KernelOf;
-  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
     const Tensor& x = in[0];
     const CheckedLabels labels(in[1], x.shape()[1], "crossentropy_softmax");
     dispatch_float(x.dtype(), "crossentropy_softmax", [&](auto tag) {
@@ -397,7 +397,7 @@ class CrossEntropySoftmaxKernel final : public KernelOf<CrossEntropySoftmax> {
 class CrossEntropySoftmaxGradKernel final : public KernelOf<CrossEntropySoftmaxGrad> {
  public:
   using KernelOf::KernelOf;
-  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
     const Tensor &g = in[0], &x = in[1];
     const CheckedLabels labels(in[2], x.shape()[1], "crossentropy_softmax_grad");
     dispatch_float(x.dtype(), "crossentropy_softmax_grad", [&](auto tag) {

@@ -222,7 +222,7 @@ class ReduceKernel final : public KernelOf<Reduce> {
     if (op().kind() != ReduceKind::sum && op().kind() != ReduceKind::mean) return 0;
     return sum_scratch_bytes(output_dtype(0), shape_numel(out[0]));
   }
-  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte> scratch) const override {
+  void run(InputValues in, OutputValues out, std::span<std::byte> scratch) const override {
     if (op().kind() == ReduceKind::argmax) return argmax_into(in[0], out[0], op().axes());
     reduce_into(op().kind(), in[0], out[0], op().axes(), scratch);
   }
@@ -236,7 +236,7 @@ class LogSumExpKernel final : public KernelOf<LogSumExp> {
   int64_t scratch_bytes(const std::vector<Shape>&, const std::vector<Shape>& out) const override {
     return shape_numel(out[0]) * static_cast<int64_t>(sizeof(double) * 2);
   }
-  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte> scratch) const override {
+  void run(InputValues in, OutputValues out, std::span<std::byte> scratch) const override {
     const Tensor& x = in[0];
     const Tensor& o = out[0];
     const int64_t n_out = o.numel();
@@ -282,7 +282,7 @@ class SumToShapeKernel final : public KernelOf<SumToShape> {
   int64_t scratch_bytes(const std::vector<Shape>&, const std::vector<Shape>& out) const override {
     return sum_scratch_bytes(output_dtype(0), shape_numel(out[0]));
   }
-  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte> scratch) const override {
+  void run(InputValues in, OutputValues out, std::span<std::byte> scratch) const override {
     const Tensor& g = in[0];
     const Tensor& o = out[0];
     if (g.shape() == o.shape()) return copy_broadcast(o, g);

@@ -151,7 +151,7 @@ namespace {
 class DimShuffleKernel final : public KernelOf<DimShuffle> {
  public:
   using KernelOf::KernelOf;
-  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
     const Tensor& x = in[0];
     const auto& pattern = op().pattern();
     for (int64_t d = 0; d < x.ndim(); ++d)
@@ -172,7 +172,7 @@ class DimShuffleKernel final : public KernelOf<DimShuffle> {
 class ReshapeKernel final : public KernelOf<Reshape> {
  public:
   using KernelOf::KernelOf;
-  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
     const Tensor& x = in[0];
     const Dims shape = op().resolve(x.shape(), in.size() == 2 ? &in[1] : nullptr);
     if (x.is_contiguous()) return set_view(out[0], x, shape, contiguous_dims(shape), x.offset());
@@ -185,7 +185,7 @@ class ReshapeKernel final : public KernelOf<Reshape> {
 class ShapeOfKernel final : public KernelOf<ShapeOf> {
  public:
   using KernelOf::KernelOf;
-  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
     int64_t* p = out[0].data<int64_t>();
     for (int64_t d = 0; d < in[0].ndim(); ++d) p[d] = in[0].shape()[d];
   }
@@ -194,7 +194,7 @@ class ShapeOfKernel final : public KernelOf<ShapeOf> {
 class InferredShapeKernel final : public KernelOf<InferredShape> {
  public:
   using KernelOf::KernelOf;
-  void run(std::span<const Tensor> inputs, std::span<Tensor> outputs, std::span<std::byte>) const override {
+  void run(InputValues inputs, OutputValues outputs, std::span<std::byte>) const override {
     const InferredShape& inferred = op();
     std::vector<Shape> shapes;
     std::vector<const Tensor*> values;

@@ -273,7 +273,7 @@ namespace {
 class SubtensorKernel final : public KernelOf<Subtensor> {
  public:
   using KernelOf::KernelOf;
-  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
     Dims shape, strides;
     const int64_t offset = region_geometry(in[0], op().entries(), op().name(), shape, strides);
     set_view(out[0], in[0], shape, strides, offset);
@@ -283,7 +283,7 @@ class SubtensorKernel final : public KernelOf<Subtensor> {
 class IncSubtensorKernel final : public KernelOf<IncSubtensor> {
  public:
   using KernelOf::KernelOf;
-  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
     copy_broadcast(out[0], in[0]);
     Dims shape, strides;
     const int64_t offset = region_geometry(out[0], op().entries(), op().name(), shape, strides);
@@ -325,7 +325,7 @@ int64_t inner_size(const Tensor& x, int64_t axis) {
 class TakeKernel final : public KernelOf<Take> {
  public:
   using KernelOf::KernelOf;
-  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
     const int64_t axis = op().axis();
     Tensor x = in[0].contiguous();
     const int64_t inner = inner_size(x, axis);
@@ -343,7 +343,7 @@ class TakeKernel final : public KernelOf<Take> {
 class TakeIncKernel final : public KernelOf<TakeInc> {
  public:
   using KernelOf::KernelOf;
-  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
     const int64_t axis = op().axis();
     const bool set = op().set();
     const std::string name = op().name();
@@ -372,7 +372,7 @@ class TakeIncKernel final : public KernelOf<TakeInc> {
 class LastOccurrenceKernel final : public KernelOf<LastOccurrence> {
  public:
   using KernelOf::KernelOf;
-  void run(std::span<const Tensor> in, std::span<Tensor> out, std::span<std::byte>) const override {
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
     const int64_t n = in[1].shape()[op().axis()];
     std::vector<int64_t> idx = in[0].to_vector<int64_t>();
     std::vector<double> last(idx.size(), 0.0);

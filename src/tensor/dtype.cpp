@@ -6,17 +6,6 @@
 
 namespace kiln {
 
-size_t dtype_size(DType d) {
-  switch (d) {
-    case DType::f32: return 4;
-    case DType::f64: return 8;
-    case DType::i32: return 4;
-    case DType::i64: return 8;
-    case DType::b8: return 1;
-  }
-  return 0;
-}
-
 const char* dtype_name(DType d) {
   switch (d) {
     case DType::f32: return "f32";

@@ -105,8 +105,6 @@ Tensor Tensor::wrap_bytes(void* data, const Shape& shape, DType dtype) {
   return view_of(Storage::borrow(data, static_cast<size_t>(nbytes)), dtype, shape, contiguous_strides(shape), 0);
 }
 
-int64_t Tensor::numel() const { return shape_numel(impl().shape); }
-
 bool Tensor::is_contiguous() const {
   const Impl& m = impl();
   int64_t expected = 1;
@@ -115,11 +113,6 @@ bool Tensor::is_contiguous() const {
     expected *= m.shape[i];
   }
   return true;
-}
-
-std::byte* Tensor::raw_data() const {
-  const Impl& m = impl();
-  return m.storage->data() + m.offset * static_cast<int64_t>(dtype_size(m.dtype));
 }
 
 std::string Tensor::str() const {
