@@ -22,6 +22,7 @@ set(KILN_SOURCES
   src/ops/composite.cpp
   src/ops/composite_jit.cpp
   src/ops/ifelse.cpp
+  src/ops/scan.cpp
   src/ops/patterns.cpp
   src/ops/stable_forms.cpp
   src/exec/backend.cpp
@@ -42,5 +43,6 @@ set(KILN_SOURCES
   src/compile/schedule.cpp
   src/compile/placement.cpp
   src/compile/plan.cpp
+  src/compile/inner.cpp
   src/compile/function.cpp
 )

@@ -5,4 +5,5 @@
 #include "kiln/grad.hpp"
 #include "kiln/graph.hpp"
 #include "kiln/ops.hpp"
+#include "kiln/scan.hpp"
 #include "kiln/tensor.hpp"

@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "compile/inner.hpp"
 #include "compile/plan.hpp"
 #include "compile/program.hpp"
 #include "compile/reference.hpp"
@@ -452,7 +453,8 @@ Function function(std::vector<In> inputs, std::vector<Out> outputs, FunctionOpti
   f->graph->on_replace = nullptr;
   std::vector<Schedule> orders;
   stage("schedule", [&] { orders = candidate_orders(f->graph->outputs()); });
-  Executables executables;
+  const ModeCompiler inner_compiler(f->mode);  // for the graphs inside ops (a scan's body)
+  Executables executables(MakeContext{&inner_compiler});
   stage("emit", [&] {
     for (Schedule& schedule : orders) {
       f->schedules.push_back(emit_program(f->graph->inputs(), f->graph->outputs(), executables, std::move(schedule.order)));

@@ -59,6 +59,7 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
   plan.value.assign(n_slots, Tensor());
   plan.precomputed.assign(p.code.size(), false);
   plan.forwarded.assign(p.code.size(), -1);
+  plan.supplied.assign(n_slots, false);
   plan.offset.assign(n_slots, -1);
   plan.reuse_input.assign(n_slots, -1);
   plan.scratch_offset.assign(p.code.size(), kNoScratch);
@@ -219,6 +220,10 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
       // A shared variable's buffer (shared_slot, or -1 for any other) takes temporaries and its
       // own new value, no other value the call hands back.
       auto may_hold = [&](int shared_slot) { return shared_slot < 0 || !results.count(s) || s == update_into[shared_slot]; };
+      if (options.results_supplied && results.count(s)) {  // computed where the caller points it
+        plan.supplied[s] = true;
+        continue;
+      }
       // In place: the input also owns its buffer outright and is not protected.
       int reuse = -1;
       for (auto [out, in] : inplace) {
@@ -403,6 +408,7 @@ MemoryPlan unplanned(const Program& p) {
   plan.value.assign(p.n_slots, Tensor());
   plan.precomputed.assign(p.code.size(), false);
   plan.forwarded.assign(p.code.size(), -1);
+  plan.supplied.assign(p.n_slots, false);
   plan.offset.assign(p.n_slots, -1);
   plan.reuse_input.assign(p.n_slots, -1);
   plan.scratch_offset.assign(p.code.size(), -1);

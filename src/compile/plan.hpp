@@ -33,6 +33,7 @@ struct MemoryPlan {
   // view made by the last run still stands (RunOptions::warm).
   std::vector<bool> views_arena;
   std::vector<bool> result_owns_memory;     // per result: its memory is the call's own, shared with no other
+  std::vector<bool> supplied;               // per slot: a result computed into the tensor the caller put there
   int64_t arena_bytes = 0;
   bool uses_arena = false;  // some value lives in the arena (perhaps every one of them empty)
   int largest_in_arena = -1;  // the slot of the largest value in the arena: an allocation error names it
@@ -52,6 +53,9 @@ struct PlanOptions {
   // call may overwrite the variable's buffer (it holds the variable and nobody else refers to the
   // buffer), else -1.
   std::vector<int> overwritable_shared;
+  // The caller supplies each result's tensor (a row of a scan's stacked output) and the value is
+  // computed into it: no result gets a buffer of the plan's, or another value's in place.
+  bool results_supplied = false;
 };
 
 // Plans a program: shapes first (running the shape arithmetic), liveness (views extend what they
@@ -88,6 +92,7 @@ struct OpChecks {
 // The run loop's vectors, kept by the caller between calls so that a steady call allocates none.
 struct RunBuffers {
   std::vector<Tensor> before;  // Mode::debug()'s copies of an instruction's inputs
+  std::vector<bool> kept_input;  // per slot, for RunOptions::keeps_inputs
   // Per slot: the parked handle (tensor/handles.hpp) of a view released by an earlier run, which
   // the view's executable re-views in place.
   std::vector<Tensor> parked;
@@ -105,6 +110,8 @@ struct RunOptions {
   // without error): outputs in the arena are used as they are, and views of values in the arena
   // are already set, so those instructions do not run.
   bool warm = false;
+  // The input slots are the caller's, pointed at new values between runs: never released.
+  bool keeps_inputs = false;
   const OpChecks* checks = nullptr;   // Mode::debug()'s op checks
   // Mode::debug()'s rewrite checks: a node that fails does not raise; its outputs stay undefined
   // and the message is kept per slot here, and the nodes reading them are skipped (the message

@@ -55,9 +55,11 @@ struct Program {
 // Each node's executable on the function's backend, made when a program first needs it.
 class Executables {
  public:
+  explicit Executables(MakeContext context = {}) : context_(context) {}
   std::shared_ptr<const Executable> of(const Node& node);
 
  private:
+  MakeContext context_;
   std::unordered_map<const Node*, std::shared_ptr<const Executable>> made_;
 };
 

@@ -68,7 +68,7 @@ std::shared_ptr<const Executable> Executables::of(const Node& node) {
   auto [it, fresh] = made_.try_emplace(&node);
   if (fresh) {
     try {
-      it->second = cpu_backend().executable(node);
+      it->second = cpu_backend().executable(node, context_);
     } catch (...) {
       made_.erase(it);
       throw;
@@ -258,6 +258,7 @@ void place_output(const Instruction& ins, size_t o, const MemoryPlan& plan, cons
   const int s = ins.outputs[o];
   const DType dtype = ins.output_dtypes[o];
   Tensor& slot = slots[s];
+  if (plan.supplied[s]) return;  // the caller's tensor, already there
   if (plan.offset[s] >= 0) {
     if (warm && slot.defined() && !slot.is_disposed()) return;
     const Shape& shape = *plan.shape[s];
@@ -356,8 +357,14 @@ void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& 
   buffers.parked.resize(slots.size());
   // Values the plan holds (constants, values computed once) are never released, nor, in a kept
   // arena, the values in it.
+  std::vector<bool>& kept_input = buffers.kept_input;
+  if (options.keeps_inputs && kept_input.size() != slots.size()) {
+    kept_input.assign(slots.size(), false);
+    for (int s : p.input_slots) kept_input[static_cast<size_t>(s)] = true;
+  }
   auto release = [&](int s) {
-    if (!(plan.value[s].defined() || (options.keeps_arena_slots && plan.in_arena[s])))
+    if (!(plan.value[s].defined() || (options.keeps_arena_slots && plan.in_arena[s]) ||
+          (options.keeps_inputs && kept_input[static_cast<size_t>(s)])))
       buffers.release(slots[s], static_cast<size_t>(s));
   };
   for (size_t k = 0; k < p.code.size();) {

@@ -7,6 +7,7 @@
 #include "ops/join.hpp"
 #include "ops/nnet.hpp"
 #include "ops/reduce.hpp"
+#include "ops/scan.hpp"
 #include "ops/shape.hpp"
 #include "ops/subtensor.hpp"
 
@@ -24,6 +25,7 @@ CpuBackend::CpuBackend() {
   add_join_kernels(kernels_);
   add_nnet_kernels(kernels_);
   add_ifelse_kernels(kernels_);
+  add_scan_kernels(kernels_);
 }
 
 std::shared_ptr<Storage> CpuBackend::allocate(size_t bytes) const { return Storage::allocate(bytes); }

@@ -16,7 +16,7 @@ class Backend {
   virtual std::string name() const = 0;
   virtual Device device() const = 0;
   virtual std::shared_ptr<Storage> allocate(size_t bytes) const = 0;
-  virtual std::unique_ptr<Executable> executable(const Node& node) const = 0;
+  virtual std::unique_ptr<Executable> executable(const Node& node, const MakeContext& context = {}) const = 0;
 };
 
 class CpuBackend final : public Backend {
@@ -25,7 +25,9 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
   Device device() const override { return Device::cpu; }
   std::shared_ptr<Storage> allocate(size_t bytes) const override;
-  std::unique_ptr<Executable> executable(const Node& node) const override { return kernels_.make(node); }
+  std::unique_ptr<Executable> executable(const Node& node, const MakeContext& context = {}) const override {
+    return kernels_.make(node, context);
+  }
   // Ops defined outside kiln (tests) add their kernels here.
   KernelTable& kernels() { return kernels_; }
 

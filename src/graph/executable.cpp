@@ -21,7 +21,7 @@ void KernelTable::set(std::type_index op_class, Make make) {
   makers_[op_class] = std::move(make);
 }
 
-std::unique_ptr<Executable> KernelTable::make(const Node& node) const {
+std::unique_ptr<Executable> KernelTable::make(const Node& node, const MakeContext& context) const {
   Make make;
   {
     std::shared_lock lock(mutex_);
@@ -30,7 +30,7 @@ std::unique_ptr<Executable> KernelTable::make(const Node& node) const {
       throw Error(node.op->name() + " (" + node.origin() + ") has no kernel on this backend");
     make = it->second;
   }
-  return make(node);
+  return make(node, context);
 }
 
 }  // namespace kiln

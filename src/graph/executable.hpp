@@ -77,6 +77,49 @@ class Executable {
   virtual void run(InputValues inputs, OutputValues outputs, std::span<std::byte> scratch) const = 0;
 };
 
+// A graph inside an op (a scan's body): its own inputs (placeholders) and its outputs.
+struct InnerGraph {
+  std::vector<Var> inputs, outputs;
+};
+
+// One run of an inner program, prepared for inputs of one set of shapes: its slots and memory are
+// kept from step to step, so a step allocates nothing.
+class InnerRun {
+ public:
+  virtual ~InnerRun() = default;
+  // The tensor inner input i reads: the caller points it at this step's values (in place).
+  virtual Tensor& input(size_t i) = 0;
+  // Where inner output o ends up: the caller points it at its destination (a row of a stacked
+  // output) before a step, and step() writes the output's values there.
+  virtual Tensor& destination(size_t o) = 0;
+  virtual void step() = 0;
+};
+
+// An inner graph compiled once, run step after step.
+class InnerProgram {
+ public:
+  virtual ~InnerProgram() = default;
+  // The bytes of working memory a run on inputs of these shapes needs (the outer plan places them
+  // in the node's scratch).
+  virtual int64_t arena_bytes(const std::vector<Shape>& input_shapes) const = 0;
+  // A run on inputs of these shapes, its working memory in `arena` (at least arena_bytes long).
+  virtual std::unique_ptr<InnerRun> start(const std::vector<Shape>& input_shapes, std::span<std::byte> arena) const = 0;
+};
+
+// Compiles inner graphs the way the function around them is compiled (its mode's rewrites, its
+// planner): implemented by compile/, which sits above the executables, and handed to them when
+// they are made.
+class InnerCompiler {
+ public:
+  virtual ~InnerCompiler() = default;
+  virtual std::unique_ptr<InnerProgram> compile(const InnerGraph& graph) const = 0;
+};
+
+// What making an executable may use beyond its node.
+struct MakeContext {
+  const InnerCompiler* inner = nullptr;  // null where nobody compiles inner graphs (constant folding)
+};
+
 // out = a view of base with this geometry; out is left as it is (no allocation) when it already is
 // exactly that view.
 void set_view(Tensor& out, const Tensor& base, std::span<const int64_t> shape, std::span<const int64_t> strides,
@@ -85,21 +128,30 @@ void set_view(Tensor& out, const Tensor& base, std::span<const int64_t> shape, s
 // One backend's executables by op class: each op family adds its own (ops/*.cpp, add_*_kernels).
 class KernelTable {
  public:
-  using Make = std::function<std::unique_ptr<Executable>(const Node&)>;
+  using Make = std::function<std::unique_ptr<Executable>(const Node&, const MakeContext&)>;
 
-  // make(std::shared_ptr<const OpClass>, const Node&) -> std::unique_ptr<Executable>
+  // make(std::shared_ptr<const OpClass>, const Node&[, const MakeContext&]) -> std::unique_ptr<Executable>
   template <class OpClass, class MakeFn> void add(MakeFn make) {
-    set(std::type_index(typeid(OpClass)), [make](const Node& node) {
-      return make(std::static_pointer_cast<const OpClass>(node.op), node);
+    set(std::type_index(typeid(OpClass)), [make](const Node& node, const MakeContext& context) -> std::unique_ptr<Executable> {
+      auto op = std::static_pointer_cast<const OpClass>(node.op);
+      if constexpr (std::is_invocable_v<MakeFn, std::shared_ptr<const OpClass>, const Node&, const MakeContext&>)
+        return make(std::move(op), node, context);
+      else
+        return make(std::move(op), node);
     });
   }
-  // A Kernel constructed from the op and the node.
+  // A Kernel constructed from the op and the node (and the context, when it takes one).
   template <class OpClass, class Kernel> void add() {
-    add<OpClass>([](std::shared_ptr<const OpClass> op, const Node& node) { return std::make_unique<Kernel>(std::move(op), node); });
+    add<OpClass>([](std::shared_ptr<const OpClass> op, const Node& node, const MakeContext& context) -> std::unique_ptr<Executable> {
+      if constexpr (std::is_constructible_v<Kernel, std::shared_ptr<const OpClass>, const Node&, const MakeContext&>)
+        return std::make_unique<Kernel>(std::move(op), node, context);
+      else
+        return std::make_unique<Kernel>(std::move(op), node);
+    });
   }
   void set(std::type_index op_class, Make make);
   // The node's executable; Error naming the op when this backend has none for its class.
-  std::unique_ptr<Executable> make(const Node& node) const;
+  std::unique_ptr<Executable> make(const Node& node, const MakeContext& context = {}) const;
 
  private:
   mutable std::shared_mutex mutex_;

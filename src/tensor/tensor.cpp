@@ -318,6 +318,14 @@ bool TensorHandles::park(Tensor& t) {
   return true;
 }
 
+void TensorHandles::move(Tensor& t, int64_t offset) {
+  if (t.impl_.use_count() == 1 && !t.impl_->disposed) {
+    t.impl_->offset = offset;
+    return;
+  }
+  t = t.view(t.shape(), t.strides(), offset);
+}
+
 void Tensor::dispose() {
   if (!impl_ || impl_->disposed) return;
   impl_->storage.reset();

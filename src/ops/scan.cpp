@@ -1,0 +1,661 @@
+#include "ops/scan.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "graph/function_graph.hpp"
+#include "kiln/ops.hpp"
+#include "kiln/scan.hpp"
+#include "ops/shape.hpp"
+#include "tensor/copy.hpp"
+#include "tensor/handles.hpp"
+
+namespace kiln {
+
+size_t ScanLoop::first_sequence_input(size_t i) const {
+  size_t first = 0;
+  for (size_t k = 0; k < i; ++k) first += sequence_taps[k].size();
+  return first;
+}
+
+size_t ScanLoop::first_output_input(size_t j) const {
+  size_t first = first_sequence_input(n_sequences());
+  for (size_t k = 0; k < j; ++k) first += output_taps[k].size();
+  return first;
+}
+
+size_t ScanLoop::first_non_sequence_input() const { return first_output_input(n_outputs()); }
+
+int64_t ScanLoop::initial_rows(size_t j) const {
+  const std::vector<int>& taps = output_taps[j];
+  if (taps.size() == 1 && taps[0] == -1) return 0;
+  return -static_cast<int64_t>(taps.front());
+}
+
+namespace {
+
+// The outer input positions of a scan node.
+struct Layout {
+  size_t sequences = 1, initials, non_sequences;
+  explicit Layout(const ScanLoop& loop) {
+    initials = sequences + loop.n_sequences();
+    size_t fed_back = 0;
+    for (const auto& taps : loop.output_taps) fed_back += !taps.empty();
+    non_sequences = initials + fed_back;
+  }
+};
+
+// The fed-back outputs' positions among the initial values.
+std::vector<int> initial_index(const ScanLoop& loop) {
+  std::vector<int> index;
+  int next = 0;
+  for (const auto& taps : loop.output_taps) index.push_back(taps.empty() ? -1 : next++);
+  return index;
+}
+
+Shape without_first(const Shape& s) { return Shape(s.begin() + 1, s.end()); }
+Type without_first(const Type& t) { return Type{t.dtype, std::vector<bool>(t.broadcastable.begin() + 1, t.broadcastable.end())}; }
+
+}  // namespace
+
+void Scan::params(OpParams& out) const {
+  out << loop_.sequence_taps << loop_.output_taps << loop_.n_non_sequences << loop_.has_until << loop_.truncate_gradient
+      << loop_.keep;
+  // The body, node by node in a topological order: each op (class and parameters) and where each
+  // of its inputs comes from (a body input, a node's output, a constant's value).
+  std::unordered_map<const Variable*, int64_t> id;
+  for (size_t i = 0; i < loop_.body.inputs.size(); ++i) {
+    id[loop_.body.inputs[i].get()] = static_cast<int64_t>(i);
+    out << loop_.body.inputs[i].type();
+  }
+  int64_t next = static_cast<int64_t>(loop_.body.inputs.size());
+  auto refer = [&](const Var& v) {
+    if (auto it = id.find(v.get()); it != id.end()) {
+      out << it->second;
+      return;
+    }
+    const Variable& var = *v.get();
+    if (!var.constant) throw Error("scan: the body reads '" + var.label() + "', which is neither an input nor a constant");
+    const Tensor c = var.constant->contiguous();
+    out << int64_t{-2} << var.type << c.shape();
+    const auto* bytes = reinterpret_cast<const unsigned char*>(c.raw_data());
+    for (size_t b = 0; b < c.nbytes(); ++b) out << bytes[b];
+  };
+  for (Node* n : topological_order(loop_.body.outputs)) {
+    out << *n->op << n->inputs.size();
+    for (const Var& in : n->inputs) refer(in);
+    for (const auto& o : n->outputs) id[o.get()] = next++;
+  }
+  for (const Var& o : loop_.body.outputs) refer(o);
+}
+
+std::string Scan::name() const {
+  std::string s = "scan{" + std::to_string(loop_.n_sequences()) + " sequences, " + std::to_string(loop_.n_outputs()) + " outputs";
+  if (loop_.has_until) s += ", until";
+  return s + "}";
+}
+
+std::vector<Type> Scan::infer_types(const std::vector<Type>& in) const {
+  const Layout at(loop_);
+  if (in.size() != at.non_sequences + loop_.n_non_sequences)
+    throw TypeError(name() + ": takes " + std::to_string(at.non_sequences + loop_.n_non_sequences) + " inputs, got " +
+                    std::to_string(in.size()));
+  if (in[0].ndim() != 0 || !is_integer(in[0].dtype)) throw TypeError(name() + ": n_steps must be an integer scalar, got " + in[0].str());
+  std::vector<Type> out;
+  for (size_t j = 0; j < loop_.n_outputs(); ++j) {
+    const Type& step = loop_.body.outputs[j].type();
+    std::vector<bool> bc{false};
+    bc.insert(bc.end(), step.broadcastable.begin(), step.broadcastable.end());
+    out.push_back(Type{step.dtype, bc});
+  }
+  if (loop_.has_until) out.push_back(Type{DType::i64, {}});
+  return out;
+}
+
+int64_t Scan::steps(const std::vector<Shape>& in, int64_t n_steps) const {
+  const Layout at(loop_);
+  std::optional<int64_t> allowed;
+  for (size_t i = 0; i < loop_.n_sequences(); ++i) {
+    const int64_t rows = in[at.sequences + i][0] - loop_.spread(i);
+    allowed = allowed ? std::min(*allowed, rows) : rows;
+  }
+  if (allowed && *allowed < 0)
+    throw ShapeError(name() + ": a sequence of " + std::to_string(*allowed + loop_.spread(0)) +
+                     " rows is shorter than the spread of its taps; give it more rows or fewer taps");
+  if (n_steps < 0) {
+    if (!allowed) throw ShapeError(name() + ": n_steps is " + std::to_string(n_steps) + "; it must be 0 or more");
+    return *allowed;
+  }
+  if (allowed && n_steps > *allowed)
+    throw ShapeError(name() + ": n_steps is " + std::to_string(n_steps) + " but the sequences allow only " +
+                     std::to_string(*allowed) + " steps (the loop runs to the shortest sequence)");
+  return n_steps;
+}
+
+std::vector<Shape> Scan::body_input_shapes(const std::vector<Shape>& in) const {
+  const Layout at(loop_);
+  std::vector<Shape> shapes;
+  for (size_t i = 0; i < loop_.n_sequences(); ++i)
+    for (size_t k = 0; k < loop_.sequence_taps[i].size(); ++k) shapes.push_back(without_first(in[at.sequences + i]));
+  const std::vector<int> initial = initial_index(loop_);
+  for (size_t j = 0; j < loop_.n_outputs(); ++j) {
+    if (initial[j] < 0) continue;
+    const Shape& s = in[at.initials + static_cast<size_t>(initial[j])];
+    for (size_t k = 0; k < loop_.output_taps[j].size(); ++k) shapes.push_back(loop_.initial_rows(j) ? without_first(s) : s);
+  }
+  for (size_t i = 0; i < loop_.n_non_sequences; ++i) shapes.push_back(in[at.non_sequences + i]);
+  return shapes;
+}
+
+std::vector<Shape> Scan::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>& values) const {
+  if (!values.at(0)) throw ShapeError(name() + ": the number of steps is known only at run time");
+  const int64_t n = steps(in, static_cast<int64_t>(values[0]->item<double>()));
+  const Layout at(loop_);
+  const std::vector<int> initial = initial_index(loop_);
+  for (size_t j = 0; j < loop_.n_outputs(); ++j) {
+    if (initial[j] < 0 || !loop_.initial_rows(j)) continue;
+    const Shape& s = in[at.initials + static_cast<size_t>(initial[j])];
+    if (s.empty() || s[0] < loop_.initial_rows(j))
+      throw ShapeError(name() + ": the initial value of output " + std::to_string(j) + " " + shape_str(s) + " must hold " +
+                       std::to_string(loop_.initial_rows(j)) + " rows, one per step its taps reach back");
+  }
+  const std::vector<Shape> inputs = body_input_shapes(in);
+  const std::vector<Shape> step = infer_graph_shapes(loop_.body, inputs);
+  for (size_t j = 0; j < loop_.n_outputs(); ++j)
+    if (!loop_.output_taps[j].empty() && step[j] != inputs[loop_.first_output_input(j)])
+      throw ShapeError(name() + ": output " + std::to_string(j) + " is " + shape_str(step[j]) + " at each step but it is fed back " +
+                       "as " + shape_str(inputs[loop_.first_output_input(j)]) + " (its initial value's shape): the body must keep it");
+  std::vector<Shape> out;
+  for (size_t j = 0; j < loop_.n_outputs(); ++j) {
+    Shape s{loop_.keep[j] > 0 ? std::min(loop_.keep[j], n) : n};
+    s.insert(s.end(), step[j].begin(), step[j].end());
+    out.push_back(s);
+  }
+  if (loop_.has_until) out.push_back(Shape{});
+  return out;
+}
+
+std::vector<Shape> infer_graph_shapes(const InnerGraph& graph, const std::vector<Shape>& input_shapes) {
+  std::unordered_map<const Variable*, Shape> shape;
+  std::unordered_map<const Variable*, Tensor> value;  // of shape_of nodes, for the ops that read them
+  for (size_t i = 0; i < graph.inputs.size(); ++i) shape[graph.inputs[i].get()] = input_shapes.at(i);
+  auto shape_of = [&](const Var& v) -> const Shape& {
+    if (auto it = shape.find(v.get()); it != shape.end()) return it->second;
+    const Variable& var = *v.get();
+    if (!var.constant) throw Error("scan: the body reads '" + var.label() + "', which is neither an input nor a constant");
+    return shape.emplace(v.get(), var.constant->shape()).first->second;
+  };
+  for (Node* n : topological_order(graph.outputs)) {
+    std::vector<Shape> shapes;
+    std::vector<const Tensor*> values(n->inputs.size(), nullptr);
+    for (const Var& in : n->inputs) shapes.push_back(shape_of(in));
+    for (int i : n->op->needs_input_values()) {
+      const Variable& var = *n->inputs[static_cast<size_t>(i)].get();
+      if (var.constant) values[static_cast<size_t>(i)] = &*var.constant;
+      else if (auto it = value.find(&var); it != value.end()) values[static_cast<size_t>(i)] = &it->second;
+      else
+        throw ShapeError("scan: the shape of the body's " + n->op->name() + " (" + n->origin() +
+                         ") depends on values computed in the body; only constants and shapes are known before the loop");
+    }
+    const std::vector<Shape> out = n->op->infer_shapes(shapes, values);
+    for (size_t o = 0; o < out.size(); ++o) shape[n->outputs[o].get()] = out[o];
+    if (dynamic_cast<const ShapeOf*>(n->op.get())) {
+      std::vector<int64_t> dims(shapes[0].begin(), shapes[0].end());
+      value[n->outputs[0].get()] = Tensor::from(dims, Shape{static_cast<int64_t>(dims.size())});
+    }
+  }
+  std::vector<Shape> out;
+  for (const Var& o : graph.outputs) out.push_back(shape_of(o));
+  return out;
+}
+
+std::vector<Type> LeadingRows::infer_types(const std::vector<Type>& in) const {
+  if (in[0].ndim() < 1 || in[1].ndim() != 0 || !is_integer(in[1].dtype))
+    throw TypeError("leading_rows: needs a value of at least one dimension and an integer scalar, got " + in[0].str() +
+                    " and " + in[1].str());
+  return {in[0]};
+}
+
+std::vector<Shape> LeadingRows::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>& values) const {
+  if (!values.at(1)) throw ShapeError("leading_rows: the number of rows is known only at run time");
+  const int64_t k = static_cast<int64_t>(values[1]->item<double>());
+  if (k < 0 || k > in[0][0])
+    throw ShapeError("leading_rows: " + std::to_string(k) + " rows of " + shape_str(in[0]) + " do not exist");
+  Shape s = in[0];
+  s[0] = k;
+  return {s};
+}
+
+namespace {
+
+// The transpose of LeadingRows: g's rows, then zeros, in the shape of like.
+class PadRows final : public Op {
+ public:
+  void params(OpParams&) const override {}
+  std::string name() const override { return "pad_rows"; }
+  std::vector<Type> infer_types(const std::vector<Type>& in) const override {
+    if (in[0].dtype != in[1].dtype || in[0].ndim() != in[1].ndim())
+      throw TypeError("pad_rows: " + in[0].str() + " and " + in[1].str() + " differ");
+    return {in[1]};
+  }
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const override {
+    if (in[0].size() != in[1].size() || in[0][0] > in[1][0] || !std::equal(in[0].begin() + 1, in[0].end(), in[1].begin() + 1))
+      throw ShapeError("pad_rows: cannot pad " + shape_str(in[0]) + " to " + shape_str(in[1]));
+    return {in[1]};
+  }
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& gouts) const override {
+    const Var& g = node.inputs[0];
+    return {apply1(std::make_shared<LeadingRows>(), {gouts[0], shape_of(g, node.loc)[0]}, node.loc), Var()};
+  }
+  bool may_fail_on_values() const override { return false; }
+};
+
+class PadRowsKernel final : public KernelOf<PadRows> {
+ public:
+  using KernelOf::KernelOf;
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
+    Tensor& o = out[0];
+    std::memset(o.raw_data(), 0, o.nbytes());
+    const Tensor& g = in[0];
+    copy_broadcast(o.view(g.shape(), o.strides(), o.offset()), g);
+  }
+};
+
+class LeadingRowsKernel final : public KernelOf<LeadingRows> {
+ public:
+  using KernelOf::KernelOf;
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
+    const Tensor& x = in[0];
+    Shape shape = x.shape();
+    shape[0] = static_cast<int64_t>(in[1].item<double>());
+    set_view(out[0], x, shape, x.strides(), x.offset());
+  }
+};
+
+}  // namespace
+
+std::vector<Var> LeadingRows::L_op(const Node& node, const std::vector<Var>& gouts) const {
+  return {apply1(std::make_shared<PadRows>(), {gouts[0], node.inputs[0]}, node.loc), Var()};
+}
+
+namespace {
+
+// A body input or destination stepping through the rows of a value: re-pointed in place while it
+// stays on the same value, re-viewed when it moves to another (an initial value, then the output).
+struct RowCursor {
+  Tensor* slot = nullptr;
+  const Tensor* on = nullptr;  // the value slot views rows of; null: another value
+  void row(const Tensor& base, int64_t r) {
+    const int64_t offset = base.offset() + r * base.strides()[0];
+    if (on == &base) {
+      TensorHandles::move(*slot, offset);
+      return;
+    }
+    *slot = base.view(Shape(base.shape().begin() + 1, base.shape().end()), Shape(base.strides().begin() + 1, base.strides().end()),
+                      offset);
+    on = &base;
+  }
+  void whole(const Tensor& value) {
+    *slot = value;
+    on = nullptr;
+  }
+};
+
+// Runs the body once per step over the body program compiled with the function (no allocation per
+// step): each step points the body's inputs at this step's rows (sequences, earlier outputs or
+// initial values) and its outputs at their rows of the stacked outputs, which the body writes in
+// place.
+class ScanKernel final : public KernelOf<Scan> {
+ public:
+  ScanKernel(std::shared_ptr<const Scan> op, const Node& node, const MakeContext& context) : KernelOf(std::move(op), node) {
+    if (!context.inner) throw Error(this->op().name() + " (" + node.origin() + ") runs only inside a compiled function");
+    body_ = context.inner->compile(this->op().loop().body);
+    if (this->op().loop().has_until) cond_dtype_ = this->op().loop().body.outputs.back().dtype();
+  }
+
+  int64_t scratch_bytes(const std::vector<Shape>& in, const std::vector<Shape>&) const override {
+    return body_->arena_bytes(op().body_input_shapes(in));
+  }
+
+  void run(InputValues in, OutputValues out, std::span<std::byte> scratch) const override {
+    const Scan& scan = op();
+    const ScanLoop& loop = scan.loop();
+    const Layout at(loop);
+    std::vector<Shape> shapes;
+    for (const Tensor& t : in) shapes.push_back(t.shape());
+    const int64_t n = scan.steps(shapes, static_cast<int64_t>(in[0].item<double>()));
+    std::unique_ptr<InnerRun> body = body_->start(scan.body_input_shapes(shapes), scratch);
+    for (size_t i = 0; i < loop.n_non_sequences; ++i) body->input(loop.first_non_sequence_input() + i) = in[at.non_sequences + i];
+
+    std::vector<RowCursor> sequence_rows, tap_rows, destinations(loop.n_outputs());
+    for (size_t i = 0; i < loop.n_sequences(); ++i)
+      for (size_t k = 0; k < loop.sequence_taps[i].size(); ++k)
+        sequence_rows.push_back({&body->input(loop.first_sequence_input(i) + k)});
+    for (size_t j = 0; j < loop.n_outputs(); ++j)
+      for (size_t k = 0; k < loop.output_taps[j].size(); ++k) tap_rows.push_back({&body->input(loop.first_output_input(j) + k)});
+    for (size_t j = 0; j < loop.n_outputs(); ++j) destinations[j].slot = &body->destination(j);
+    Tensor cond;
+    if (loop.has_until) {
+      cond = Tensor::empty({}, cond_dtype_);
+      body->destination(loop.n_outputs()) = cond;
+    }
+    const std::vector<int> initial = initial_index(loop);
+    auto kept_row = [&](size_t j, int64_t step) { return loop.keep[j] > 0 ? step % loop.keep[j] : step; };
+
+    int64_t done = 0;
+    for (int64_t t = 0; t < n; ++t) {
+      size_t next = 0;
+      for (size_t i = 0; i < loop.n_sequences(); ++i) {
+        const std::vector<int>& taps = loop.sequence_taps[i];
+        const int first = *std::min_element(taps.begin(), taps.end());
+        for (int tap : taps) sequence_rows[next++].row(in[at.sequences + i], t + tap - first);
+      }
+      next = 0;
+      for (size_t j = 0; j < loop.n_outputs(); ++j)
+        for (int tap : loop.output_taps[j]) {
+          RowCursor& cursor = tap_rows[next++];
+          const int64_t step = t + tap;  // the step whose value this tap reads
+          const Tensor& init = in[at.initials + static_cast<size_t>(initial[j])];
+          if (step >= 0) cursor.row(out[j], kept_row(j, step));
+          else if (loop.initial_rows(j) == 0) cursor.whole(init);
+          else cursor.row(init, init.shape()[0] + step);
+        }
+      for (size_t j = 0; j < loop.n_outputs(); ++j) destinations[j].row(out[j], kept_row(j, t));
+      body->step();
+      done = t + 1;
+      if (loop.has_until && cond.item<double>() != 0) break;
+    }
+    // A ring of the last k steps is handed back in step order.
+    for (size_t j = 0; j < loop.n_outputs(); ++j) {
+      const int64_t k = loop.keep[j];
+      if (k <= 0 || done <= k || done % k == 0) continue;
+      std::byte* rows = out[j].raw_data();
+      const size_t row_bytes = out[j].nbytes() / static_cast<size_t>(k);
+      std::rotate(rows, rows + static_cast<size_t>(done % k) * row_bytes, rows + out[j].nbytes());
+    }
+    if (loop.has_until) out[loop.n_outputs()].data<int64_t>()[0] = done;
+  }
+
+ private:
+  std::unique_ptr<InnerProgram> body_;
+  DType cond_dtype_ = DType::b8;
+};
+
+}  // namespace
+
+void add_scan_kernels(KernelTable& table) {
+  table.add<Scan, ScanKernel>();
+  table.add<LeadingRows, LeadingRowsKernel>();
+  table.add<PadRows, PadRowsKernel>();
+}
+
+std::vector<Var> Scan::L_op(const Node& node, const std::vector<Var>&) const {
+  throw GradError(name() + " (" + node.origin() + "): gradients through scan come in the next step of this work");
+}
+
+// ---- Building a scan from the user's body ----
+
+namespace {
+
+// What the body of the scan being built registers while it runs: its shared-variable updates and
+// its stop condition. One per thread; scans built inside a body nest.
+struct ScanBuild {
+  std::vector<std::pair<Shared, Var>> updates;
+  Var until;
+  ScanBuild* outer = nullptr;
+};
+thread_local ScanBuild* building = nullptr;
+
+class BuildScope {
+ public:
+  explicit BuildScope(ScanBuild& build) : build_(build) {
+    build_.outer = building;
+    building = &build_;
+  }
+  ~BuildScope() { building = build_.outer; }
+  BuildScope(const BuildScope&) = delete;
+  BuildScope& operator=(const BuildScope&) = delete;
+
+ private:
+  ScanBuild& build_;
+};
+
+Var placeholder(const Type& type, const std::string& name) { return tensor(type.dtype, type.broadcastable, name); }
+
+std::string where(const Loc& loc) { return " (scan at " + loc_str(loc) + ")"; }
+
+// The value a loop leaves: its last row, or, after no step, the initial value.
+Var last_or(const Var& stacked, const Var& initial, const Loc& loc) {
+  Var rows = shape_of(stacked, loc)[0];
+  return ifelse(rows > 0, stacked[VarIndex(-1, loc)], initial, loc);
+}
+
+}  // namespace
+
+Var until(const Var& cond, Loc loc) {
+  if (!building) throw TypeError("until: only a scan's body may return until(cond) (at " + loc_str(loc) + ")");
+  if (!cond.defined() || cond.ndim() != 0)
+    throw TypeError("until: the condition must be a scalar (0-d), got " + (cond.defined() ? cond.type().str() : std::string("an empty Var")) +
+                    " (at " + loc_str(loc) + "); reduce it first, e.g. with max() or sum()");
+  building->until = cond;
+  return cond;
+}
+
+void scan_update(const Shared& variable, const Var& value, Loc loc) {
+  if (!building) throw TypeError("scan_update: only a scan's body may update a shared variable per step (at " + loc_str(loc) + ")");
+  if (!variable.defined() || !value.defined()) throw TypeError("scan_update: an empty Var (at " + loc_str(loc) + ")");
+  if (value.dtype() != variable.dtype() || value.ndim() != variable.ndim())
+    throw TypeError("scan_update: the new value of '" + variable.get()->label() + "' " + variable.type().str() + " has type " +
+                    value.type().str() + " (at " + loc_str(loc) + "); it must keep the dtype and number of dimensions (cast it)");
+  for (const auto& [s, v] : building->updates)
+    if (s.same(variable))
+      throw TypeError("scan_update: '" + variable.get()->label() + "' is updated twice in one body (at " + loc_str(loc) + ")");
+  building->updates.push_back({variable, value});
+}
+
+ScanResult scan(const std::function<std::vector<Var>(const std::vector<Var>&)>& fn, ScanArgs args, Loc loc) {
+  ScanLoop loop;
+  if (args.n_steps && (!args.n_steps->defined() || args.n_steps->ndim() != 0))
+    throw TypeError("scan: n_steps must be a scalar, got " +
+                    (args.n_steps->defined() ? args.n_steps->type().str() : std::string("an empty Var")) + where(loc));
+  if (!args.n_steps && args.sequences.empty())
+    throw TypeError("scan: give n_steps or at least one sequence: nothing else tells how many steps to run" + where(loc));
+  std::vector<Var> outer{args.n_steps ? cast(*args.n_steps, DType::i64, loc) : constant(Tensor::scalar(int64_t{-1}))};
+  // The body's inputs by kind, in the order the loop feeds them (ScanLoop).
+  std::vector<Var> sequence_inputs, output_inputs, state_inputs, non_sequence_inputs;
+  // Sequences, reversed for go_backwards (the loop then runs forward over them).
+  for (size_t i = 0; i < args.sequences.size(); ++i) {
+    const SeqTaps& seq = args.sequences[i];
+    if (!seq.sequence.defined() || seq.sequence.ndim() < 1)
+      throw TypeError("scan: sequence " + std::to_string(i) + " must have at least one dimension (its steps), got " +
+                      (seq.sequence.defined() ? seq.sequence.type().str() : std::string("an empty Var")) + where(loc));
+    if (seq.taps.empty()) throw TypeError("scan: sequence " + std::to_string(i) + " has no taps" + where(loc));
+    outer.push_back(args.go_backwards ? slice(seq.sequence, 0, std::nullopt, std::nullopt, -1, loc) : seq.sequence);
+    loop.sequence_taps.push_back(seq.taps);
+    for (int tap : seq.taps)
+      sequence_inputs.push_back(placeholder(without_first(seq.sequence.type()), "sequence" + std::to_string(i) + "[t" +
+                                                                                    (tap < 0 ? "" : "+") + std::to_string(tap) + "]"));
+  }
+  // Outputs fed back: the body reads them at their taps.
+  std::vector<Var> initials;
+  std::vector<Type> states;  // per output: the type of its value at one step (fed-back outputs only)
+  for (size_t j = 0; j < args.outputs_info.size(); ++j) {
+    const auto& info = args.outputs_info[j];
+    states.emplace_back();
+    if (!info) {
+      loop.output_taps.push_back({});
+      continue;
+    }
+    const std::string which = "outputs_info[" + std::to_string(j) + "]";
+    if (!info->initial.defined()) throw TypeError("scan: " + which + " has an empty initial value" + where(loc));
+    if (info->taps.empty()) throw TypeError("scan: " + which + " has no taps" + where(loc));
+    for (int tap : info->taps)
+      if (tap >= 0)
+        throw TypeError("scan: " + which + " has tap " + std::to_string(tap) +
+                        "; an output can only read earlier steps (negative taps, -1 being the step before)" + where(loc));
+    std::vector<int> sorted = info->taps;
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+      throw TypeError("scan: " + which + " repeats a tap" + where(loc));
+    loop.output_taps.push_back(info->taps);
+    const bool rows = !(info->taps.size() == 1 && info->taps[0] == -1);
+    if (rows && info->initial.ndim() < 1)
+      throw TypeError("scan: " + which + " reads " + std::to_string(-sorted.front()) + " steps back, so its initial value needs " +
+                      "that many rows (a leading axis), got " + info->initial.type().str() + where(loc));
+    states.back() = rows ? without_first(info->initial.type()) : info->initial.type();
+    initials.push_back(info->initial);
+    for (int tap : info->taps)
+      output_inputs.push_back(placeholder(states.back(), "output" + std::to_string(j) + "[t" + std::to_string(tap) + "]"));
+  }
+  for (size_t i = 0; i < args.non_sequences.size(); ++i) {
+    if (!args.non_sequences[i].defined())
+      throw TypeError("scan: non_sequences[" + std::to_string(i) + "] is an empty Var" + where(loc));
+    non_sequence_inputs.push_back(placeholder(args.non_sequences[i].type(), "non_sequence" + std::to_string(i)));
+  }
+
+  // The body.
+  ScanBuild build;
+  std::vector<Var> returned;
+  {
+    std::vector<Var> fn_args = sequence_inputs;
+    fn_args.insert(fn_args.end(), output_inputs.begin(), output_inputs.end());
+    fn_args.insert(fn_args.end(), non_sequence_inputs.begin(), non_sequence_inputs.end());
+    BuildScope scope(build);
+    returned = fn(fn_args);
+  }
+  const bool stops = build.until.defined() && !returned.empty() && returned.back().same(build.until);
+  if (build.until.defined() && !stops) throw TypeError("scan: the body called until(cond) but did not return it last" + where(loc));
+  Var cond = stops ? returned.back() : Var();
+  if (stops) returned.pop_back();
+  if (args.outputs_info.empty()) {  // map: no output fed back
+    loop.output_taps.assign(returned.size(), {});
+    states.assign(returned.size(), Type{});
+  }
+  if (returned.size() != loop.output_taps.size())
+    throw TypeError("scan: the body returned " + std::to_string(returned.size()) + " values (until(cond) apart) but " +
+                    "outputs_info has " + std::to_string(loop.output_taps.size()) + " entries; return one value per entry " +
+                    "(nullopt for an output that is not fed back)" + where(loc));
+  for (size_t j = 0, fed = 0; j < returned.size(); ++j) {
+    if (!returned[j].defined()) throw TypeError("scan: the body returned an empty Var as output " + std::to_string(j) + where(loc));
+    if (loop.output_taps[j].empty()) continue;
+    const Type& want = states[j];
+    const Type& got = returned[j].type();
+    const std::string initial_type = initials[fed++].type().str();
+    if (got.dtype != want.dtype || got.ndim() != want.ndim())
+      throw TypeError("scan: output " + std::to_string(j) + " of the body is " + got.str() + " but it is fed back from an initial " +
+                      "value " + initial_type + " (so each step must return " + want.str() + "): give the initial value the dtype and " +
+                      "number of dimensions the body computes (cast it, e.g. cast(h0, " + dtype_name(got.dtype) + ")), or cast the " +
+                      "body's result" + where(loc));
+    for (int64_t d = 0; d < want.ndim(); ++d)
+      if (want.broadcastable[d] && !got.broadcastable[d])
+        throw TypeError("scan: output " + std::to_string(j) + " of the body is " + got.str() + ", not broadcastable in dimension " +
+                        std::to_string(d) + " where its initial value " + initial_type + " is: give an initial value that " +
+                        "does not declare that dimension broadcastable (tensor(dtype, {false, ...}))" + where(loc));
+  }
+  // Shared variables the body updates: more outputs, fed back at -1 from the variable's value.
+  std::unordered_map<const Variable*, Var> replace;
+  for (const auto& [s, value] : build.updates) {
+    Var p = placeholder(s.type(), s.get()->label() + "[t-1]");
+    replace[s.get()] = p;
+    state_inputs.push_back(p);
+    initials.push_back(s);
+    loop.output_taps.push_back({-1});
+    returned.push_back(value);
+  }
+
+  // Values the body reads from outside it become inputs as well (implicit non-sequences): what
+  // in the body does not depend on its inputs is computed once, before the loop.
+  std::vector<Var> roots = returned;
+  if (stops) roots.push_back(cond);
+  std::unordered_map<const Variable*, bool> inside;
+  for (const auto* kind : {&sequence_inputs, &output_inputs, &state_inputs, &non_sequence_inputs})
+    for (const Var& p : *kind) inside[p.get()] = true;
+  auto is_inside = [&](const Var& v) {
+    if (replace.count(v.get())) return true;
+    const auto it = inside.find(v.get());
+    return it != inside.end() && it->second;
+  };
+  const std::vector<Node*> order = topological_order(roots);
+  for (Node* n : order) {
+    bool any = false;
+    for (const Var& in : n->inputs) any = any || is_inside(in);
+    for (const auto& o : n->outputs) inside[o.get()] = any;
+  }
+  std::vector<Var> implicit_outer, implicit_inputs;
+  auto bring_in = [&](const Var& v) {
+    if (is_inside(v) || v.get()->constant) return;
+    auto [it, fresh] = replace.try_emplace(v.get(), Var());
+    if (!fresh) return;
+    it->second = placeholder(v.type(), v.get()->label());
+    implicit_inputs.push_back(it->second);
+    implicit_outer.push_back(v);
+  };
+  for (Node* n : order)
+    if (inside[n->outputs[0].get()])
+      for (const Var& in : n->inputs) bring_in(in);
+  for (const Var& r : roots) bring_in(r);
+  // The body's own graph: its nodes made again over the placeholders.
+  std::unordered_map<const Variable*, Var> made(replace.begin(), replace.end());
+  auto mapped = [&](const Var& v) {
+    const auto it = made.find(v.get());
+    return it == made.end() ? v : it->second;
+  };
+  for (Node* n : order) {
+    if (!inside[n->outputs[0].get()]) continue;
+    std::vector<Var> inputs;
+    for (const Var& in : n->inputs) inputs.push_back(mapped(in));
+    const std::vector<Var> outs = apply(n->op, inputs, n->loc);
+    for (size_t o = 0; o < outs.size(); ++o) made[n->outputs[o].get()] = outs[o];
+  }
+  for (const auto* kind : {&sequence_inputs, &output_inputs, &state_inputs, &non_sequence_inputs, &implicit_inputs})
+    loop.body.inputs.insert(loop.body.inputs.end(), kind->begin(), kind->end());
+  for (const Var& r : returned) loop.body.outputs.push_back(mapped(r));
+  if (stops) loop.body.outputs.push_back(mapped(cond));
+  loop.n_non_sequences = non_sequence_inputs.size() + implicit_inputs.size();
+  loop.has_until = stops;
+  loop.truncate_gradient = args.truncate_gradient;
+  loop.keep.assign(loop.n_outputs(), 0);
+
+  outer.insert(outer.end(), initials.begin(), initials.end());
+  outer.insert(outer.end(), args.non_sequences.begin(), args.non_sequences.end());
+  outer.insert(outer.end(), implicit_outer.begin(), implicit_outer.end());
+  const size_t n_user = loop.n_outputs() - build.updates.size();
+  std::vector<Var> results = apply(std::make_shared<Scan>(std::move(loop)), outer, loc);
+  if (stops)
+    for (size_t j = 0; j + 1 < results.size(); ++j)
+      results[j] = apply1(std::make_shared<LeadingRows>(), {results[j], results.back()}, loc);
+  ScanResult result;
+  result.outputs.assign(results.begin(), results.begin() + static_cast<int64_t>(n_user));
+  for (size_t u = 0; u < build.updates.size(); ++u)
+    result.updates.push_back({build.updates[u].first, last_or(results[n_user + u], build.updates[u].first, loc)});
+  return result;
+}
+
+ScanResult map(const std::function<std::vector<Var>(const std::vector<Var>&)>& fn, std::vector<SeqTaps> sequences,
+               std::vector<Var> non_sequences, bool go_backwards, Loc loc) {
+  return scan(fn, {.sequences = std::move(sequences), .non_sequences = std::move(non_sequences), .go_backwards = go_backwards}, loc);
+}
+
+ScanResult reduce(const std::function<std::vector<Var>(const std::vector<Var>&)>& fn, std::vector<SeqTaps> sequences,
+                  std::vector<Var> initial, std::vector<Var> non_sequences, bool go_backwards, Loc loc) {
+  std::vector<std::optional<Taps>> info(initial.begin(), initial.end());
+  ScanResult r = scan(fn, {.sequences = std::move(sequences), .outputs_info = std::move(info), .non_sequences = std::move(non_sequences),
+                           .go_backwards = go_backwards}, loc);
+  for (size_t j = 0; j < r.outputs.size(); ++j) r.outputs[j] = last_or(r.outputs[j], initial[j], loc);
+  return r;
+}
+
+ScanResult foldl(const std::function<std::vector<Var>(const std::vector<Var>&)>& fn, std::vector<SeqTaps> sequences,
+                 std::vector<Var> initial, std::vector<Var> non_sequences, Loc loc) {
+  return reduce(fn, std::move(sequences), std::move(initial), std::move(non_sequences), false, loc);
+}
+
+ScanResult foldr(const std::function<std::vector<Var>(const std::vector<Var>&)>& fn, std::vector<SeqTaps> sequences,
+                 std::vector<Var> initial, std::vector<Var> non_sequences, Loc loc) {
+  return reduce(fn, std::move(sequences), std::move(initial), std::move(non_sequences), true, loc);
+}
+
+}  // namespace kiln

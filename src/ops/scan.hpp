@@ -1,0 +1,85 @@
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "graph/executable.hpp"
+#include "graph/op.hpp"
+
+namespace kiln {
+
+// What a scan's loop is: its body, an inner graph, and how the loop feeds it. The body's inputs,
+// in order: one per sequence tap (the sequence's row at that offset from the current step), one per
+// output tap (the output that many steps before), then one per non-sequence (the same every step).
+// Its outputs: one per loop output (its value at this step), then the stop condition when there
+// is one (until).
+struct ScanLoop {
+  InnerGraph body;
+  std::vector<std::vector<int>> sequence_taps;  // per sequence, ascending offsets
+  std::vector<std::vector<int>> output_taps;    // per output, ascending negative offsets; empty: not fed back
+  size_t n_non_sequences = 0;
+  bool has_until = false;
+  int64_t truncate_gradient = -1;  // back-propagation through the last this many steps; -1: all
+  // Per output: 0 keeps every step; k > 0 only the last k (save memory: a ring buffer of k rows,
+  // handed back in step order).
+  std::vector<int64_t> keep;
+
+  size_t n_sequences() const { return sequence_taps.size(); }
+  size_t n_outputs() const { return output_taps.size(); }
+  // Where the body's inputs for sequence i, output j and the non-sequences begin.
+  size_t first_sequence_input(size_t i) const;
+  size_t first_output_input(size_t j) const;
+  size_t first_non_sequence_input() const;
+  // The rows of a sequence a loop of n steps reads: n plus the spread of its taps.
+  int64_t spread(size_t i) const { return sequence_taps[i].back() - sequence_taps[i].front(); }
+  // The rows the initial value of a fed-back output holds: none (it is the value itself) for the
+  // single tap -1, else the largest offset.
+  int64_t initial_rows(size_t j) const;
+};
+
+// scan: the outer inputs are [n_steps, sequences..., the initial value of each fed-back output...,
+// non-sequences...]; n_steps is an i64 scalar, negative when the sequences decide. The outputs are,
+// per loop output, its values at the steps kept, stacked on axis 0, then, when the loop has a stop
+// condition, the number of steps it ran (the stacked outputs then hold room for the most steps
+// it may run; LeadingRows hands back the rows written).
+class Scan final : public Op {
+ public:
+  explicit Scan(ScanLoop loop) : loop_(std::move(loop)) {}
+  const ScanLoop& loop() const { return loop_; }
+  void params(OpParams& out) const override;  // the loop's wiring and its body, node by node
+  std::string name() const override;
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
+  std::vector<int> needs_input_values() const override { return {0}; }
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+
+  // The number of steps for these outer input shapes and n_steps; ShapeError, naming the scan,
+  // when n_steps is negative or more than the sequences allow.
+  int64_t steps(const std::vector<Shape>& inputs, int64_t n_steps) const;
+  // The shapes of the body's inputs for these outer input shapes.
+  std::vector<Shape> body_input_shapes(const std::vector<Shape>& inputs) const;
+
+ private:
+  ScanLoop loop_;
+};
+
+// The first k rows of x, k a 0-d integer value: a view (the rows a loop that stopped early wrote).
+class LeadingRows final : public Op {
+ public:
+  void params(OpParams&) const override {}
+  std::string name() const override { return "leading_rows"; }
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
+  std::vector<int> needs_input_values() const override { return {1}; }
+  std::vector<std::pair<int, int>> view_map() const override { return {{0, 0}}; }
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+  bool may_fail_on_values() const override { return false; }
+};
+
+// The shapes of a graph's outputs for inputs of these shapes, by each node's shape inference (the
+// values it reads being constants or shapes); ShapeError where a shape depends on other values.
+std::vector<Shape> infer_graph_shapes(const InnerGraph& graph, const std::vector<Shape>& input_shapes);
+
+void add_scan_kernels(KernelTable& table);
+
+}  // namespace kiln
