@@ -26,6 +26,17 @@ class CompiledInner final : public InnerProgram {
   }
 
   int64_t arena_bytes(const std::vector<Shape>& input_shapes) const override { return plan(input_shapes)->arena_bytes; }
+  std::vector<Shape> output_shapes(const std::vector<Shape>& input_shapes) const override {
+    const std::shared_ptr<const MemoryPlan> p = plan(input_shapes);
+    std::vector<Shape> shapes;
+    for (int s : program(p->schedule).result_slots) {
+      const std::optional<Shape>& shape = p->shape[static_cast<size_t>(s)];
+      if (!shape) throw ShapeError("an inner graph computes an output whose shape is known only while it runs; a loop's steps must "
+                                      "compute values of shapes known before it starts");
+      shapes.push_back(*shape);
+    }
+    return shapes;
+  }
   std::unique_ptr<InnerRun> start(const std::vector<Shape>& input_shapes, std::span<std::byte> arena) const override;
 
   // The plan for inputs of these shapes, made once: the schedule needing the least memory, each

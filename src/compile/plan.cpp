@@ -93,7 +93,7 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
     if (!known) continue;
     std::vector<Shape> out_shapes;
     try {
-      out_shapes = op.infer_shapes(shapes, values);
+      out_shapes = ins.executable->infer_shapes(*ins.node, shapes, values);
     } catch (const Error& e) {
       // Inside a branch that may not run, a failure is only an error if the branch runs.
       if (ins.conditional) continue;

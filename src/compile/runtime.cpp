@@ -273,7 +273,7 @@ void place_output(const Instruction& ins, size_t o, const MemoryPlan& plan, cons
     slot = slots[lent];
     return;
   }
-  slot = Tensor::empty(plan.shape[s] ? *plan.shape[s] : node_shapes(*ins.node, inputs).outputs[o], dtype);
+  slot = Tensor::empty(plan.shape[s] ? *plan.shape[s] : node_shapes(*ins.node, *ins.executable, inputs).outputs[o], dtype);
 }
 
 // The instruction's working memory: its planned place in the arena, or, where the plan could not
@@ -283,7 +283,7 @@ std::span<std::byte> scratch_of(const Instruction& ins, size_t k, const MemoryPl
   if (plan.scratch_offset[k] >= 0)
     return {arena->data() + plan.scratch_offset[k], static_cast<size_t>(plan.scratch_bytes[k])};
   if (plan.scratch_offset[k] == kNoScratch) return {};
-  const NodeShapes shapes = node_shapes(*ins.node, inputs);
+  const NodeShapes shapes = node_shapes(*ins.node, *ins.executable, inputs);
   const int64_t bytes = ins.executable->scratch_bytes(shapes.inputs, shapes.outputs);
   if (bytes <= 0) return {};
   unplanned_scratch = cpu_backend().allocate(static_cast<size_t>(bytes));

@@ -28,20 +28,20 @@ void run_node(const Node& node, const Executable& executable, InputValues inputs
   }
 }
 
-NodeShapes node_shapes(const Node& node, InputValues inputs) {
+NodeShapes node_shapes(const Node& node, const Executable& executable, InputValues inputs) {
   NodeShapes shapes;
   std::vector<const Tensor*> values;
   for (const Tensor& t : inputs) {
     shapes.inputs.push_back(t.defined() ? t.shape() : Shape{});
     values.push_back(t.defined() ? &t : nullptr);
   }
-  shapes.outputs = node.op->infer_shapes(shapes.inputs, values);
+  shapes.outputs = executable.infer_shapes(node, shapes.inputs, values);
   return shapes;
 }
 
 std::vector<Tensor> evaluate_node(const Node& node, const Executable& executable, InputValues inputs,
                                   const Backend& backend) {
-  const NodeShapes shapes = node_shapes(node, inputs);
+  const NodeShapes shapes = node_shapes(node, executable, inputs);
   const std::vector<Shape>& out_shapes = shapes.outputs;
   std::vector<Tensor> outputs(node.outputs.size());
   std::vector<bool> is_view(outputs.size(), false);

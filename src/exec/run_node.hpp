@@ -16,12 +16,13 @@ namespace kiln {
 void run_node(const Node& node, const Executable& executable, InputValues inputs, OutputValues outputs,
               std::span<std::byte> scratch);
 
-// The shapes of a node's inputs and, by its shape inference on these values, of its outputs. An
+// The shapes of a node's inputs and, by its executable's shape inference on these values, of its
+// outputs. An
 // undefined input (a value of a branch not taken) counts as unknown: empty shape, no value.
 struct NodeShapes {
   std::vector<Shape> inputs, outputs;
 };
-NodeShapes node_shapes(const Node& node, InputValues inputs);
+NodeShapes node_shapes(const Node& node, const Executable& executable, InputValues inputs);
 
 // A node run outside any plan: its outputs (views excepted) and its scratch allocated through the
 // backend for this run, with the shapes inferred from the inputs.

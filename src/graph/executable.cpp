@@ -8,6 +8,11 @@
 
 namespace kiln {
 
+std::vector<Shape> Executable::infer_shapes(const Node& node, const std::vector<Shape>& inputs,
+                                            const std::vector<const Tensor*>& values) const {
+  return node.op->infer_shapes(inputs, values);
+}
+
 void set_view(Tensor& out, const Tensor& base, std::span<const int64_t> shape, std::span<const int64_t> strides,
               int64_t offset) {
   if (out.defined() && !out.is_disposed() && out.same_storage(base) && out.dtype() == base.dtype() &&

@@ -75,6 +75,12 @@ class Executable {
   // set last time, of the same bytes, may be left as it is (set_view does that). No run allocates:
   // what it needs beyond its outputs is `scratch`, at least scratch_bytes() long, 64-byte aligned.
   virtual void run(InputValues inputs, OutputValues outputs, std::span<std::byte> scratch) const = 0;
+
+  // The shapes of the node's outputs for inputs of these shapes (and the values of the inputs its
+  // op reads, null where unknown): the op's inference, unless the executable knows more (a scan's
+  // compiled body knows the shapes its steps compute, shape arithmetic included).
+  virtual std::vector<Shape> infer_shapes(const Node& node, const std::vector<Shape>& inputs,
+                                          const std::vector<const Tensor*>& values) const;
 };
 
 // A graph inside an op (a scan's body): its own inputs (placeholders) and its outputs.
@@ -102,6 +108,9 @@ class InnerProgram {
   // The bytes of working memory a run on inputs of these shapes needs (the outer plan places them
   // in the node's scratch).
   virtual int64_t arena_bytes(const std::vector<Shape>& input_shapes) const = 0;
+  // The shapes of its outputs for inputs of these shapes; ShapeError where one is known only
+  // while it runs.
+  virtual std::vector<Shape> output_shapes(const std::vector<Shape>& input_shapes) const = 0;
   // A run on inputs of these shapes, its working memory in `arena` (at least arena_bytes long).
   virtual std::unique_ptr<InnerRun> start(const std::vector<Shape>& input_shapes, std::span<std::byte> arena) const = 0;
 };

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "graph/function_graph.hpp"
+#include "kiln/grad.hpp"
 #include "kiln/ops.hpp"
 #include "kiln/scan.hpp"
 #include "ops/shape.hpp"
@@ -29,10 +30,19 @@ size_t ScanLoop::first_output_input(size_t j) const {
 
 size_t ScanLoop::first_non_sequence_input() const { return first_output_input(n_outputs()); }
 
+int ScanLoop::first_tap(size_t i) const { return *std::min_element(sequence_taps[i].begin(), sequence_taps[i].end()); }
+
+int64_t ScanLoop::spread(size_t i) const { return *std::max_element(sequence_taps[i].begin(), sequence_taps[i].end()) - first_tap(i); }
+
+int64_t ScanLoop::lead_rows(size_t j) const {
+  const std::vector<int>& taps = output_taps[j];
+  return taps.empty() ? 0 : -static_cast<int64_t>(*std::min_element(taps.begin(), taps.end()));
+}
+
 int64_t ScanLoop::initial_rows(size_t j) const {
   const std::vector<int>& taps = output_taps[j];
   if (taps.size() == 1 && taps[0] == -1) return 0;
-  return -static_cast<int64_t>(taps.front());
+  return -static_cast<int64_t>(*std::min_element(taps.begin(), taps.end()));
 }
 
 namespace {
@@ -62,7 +72,8 @@ Type without_first(const Type& t) { return Type{t.dtype, std::vector<bool>(t.bro
 }  // namespace
 
 void Scan::params(OpParams& out) const {
-  out << loop_.sequence_taps << loop_.output_taps << loop_.n_non_sequences << loop_.has_until << loop_.truncate_gradient
+  out << loop_.sequence_taps << loop_.output_taps << loop_.n_non_sequences << loop_.steps_from_sequences << loop_.has_until
+      << loop_.truncate_gradient
       << loop_.keep;
   // The body, node by node in a topological order: each op (class and parameters) and where each
   // of its inputs comes from (a body input, a node's output, a constant's value).
@@ -125,10 +136,8 @@ int64_t Scan::steps(const std::vector<Shape>& in, int64_t n_steps) const {
   if (allowed && *allowed < 0)
     throw ShapeError(name() + ": a sequence of " + std::to_string(*allowed + loop_.spread(0)) +
                      " rows is shorter than the spread of its taps; give it more rows or fewer taps");
-  if (n_steps < 0) {
-    if (!allowed) throw ShapeError(name() + ": n_steps is " + std::to_string(n_steps) + "; it must be 0 or more");
-    return *allowed;
-  }
+  if (loop_.steps_from_sequences) return *allowed;
+  if (n_steps < 0) throw ShapeError(name() + ": n_steps is " + std::to_string(n_steps) + "; it must be 0 or more");
   if (allowed && n_steps > *allowed)
     throw ShapeError(name() + ": n_steps is " + std::to_string(n_steps) + " but the sequences allow only " +
                      std::to_string(*allowed) + " steps (the loop runs to the shortest sequence)");
@@ -151,6 +160,11 @@ std::vector<Shape> Scan::body_input_shapes(const std::vector<Shape>& in) const {
 }
 
 std::vector<Shape> Scan::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>& values) const {
+  return stacked_shapes(in, values, [&](const std::vector<Shape>& inputs) { return infer_graph_shapes(loop_.body, inputs); });
+}
+
+std::vector<Shape> Scan::stacked_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>& values,
+                                        const std::function<std::vector<Shape>(const std::vector<Shape>&)>& body_shapes) const {
   if (!values.at(0)) throw ShapeError(name() + ": the number of steps is known only at run time");
   const int64_t n = steps(in, static_cast<int64_t>(values[0]->item<double>()));
   const Layout at(loop_);
@@ -163,14 +177,15 @@ std::vector<Shape> Scan::infer_shapes(const std::vector<Shape>& in, const std::v
                        std::to_string(loop_.initial_rows(j)) + " rows, one per step its taps reach back");
   }
   const std::vector<Shape> inputs = body_input_shapes(in);
-  const std::vector<Shape> step = infer_graph_shapes(loop_.body, inputs);
+  const std::vector<Shape> step = body_shapes(inputs);
   for (size_t j = 0; j < loop_.n_outputs(); ++j)
     if (!loop_.output_taps[j].empty() && step[j] != inputs[loop_.first_output_input(j)])
       throw ShapeError(name() + ": output " + std::to_string(j) + " is " + shape_str(step[j]) + " at each step but it is fed back " +
                        "as " + shape_str(inputs[loop_.first_output_input(j)]) + " (its initial value's shape): the body must keep it");
   std::vector<Shape> out;
   for (size_t j = 0; j < loop_.n_outputs(); ++j) {
-    Shape s{loop_.keep[j] > 0 ? std::min(loop_.keep[j], n) : n};
+    const int64_t rows = loop_.lead_rows(j) + n;
+    Shape s{loop_.keep[j] > 0 ? std::min(loop_.keep[j], rows) : rows};
     s.insert(s.end(), step[j].begin(), step[j].end());
     out.push_back(s);
   }
@@ -212,102 +227,125 @@ std::vector<Shape> infer_graph_shapes(const InnerGraph& graph, const std::vector
   return out;
 }
 
-std::vector<Type> LeadingRows::infer_types(const std::vector<Type>& in) const {
-  if (in[0].ndim() < 1 || in[1].ndim() != 0 || !is_integer(in[1].dtype))
-    throw TypeError("leading_rows: needs a value of at least one dimension and an integer scalar, got " + in[0].str() +
-                    " and " + in[1].str());
-  return {in[0]};
+namespace {
+
+void check_row_index(const char* op, const Type& t) {
+  if (t.ndim() != 0 || !is_integer(t.dtype))
+    throw TypeError(std::string(op) + ": a row index must be an integer scalar, got " + t.str());
 }
 
-std::vector<Shape> LeadingRows::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>& values) const {
-  if (!values.at(1)) throw ShapeError("leading_rows: the number of rows is known only at run time");
-  const int64_t k = static_cast<int64_t>(values[1]->item<double>());
-  if (k < 0 || k > in[0][0])
-    throw ShapeError("leading_rows: " + std::to_string(k) + " rows of " + shape_str(in[0]) + " do not exist");
+int64_t index_value(const Tensor& t) { return static_cast<int64_t>(t.item<double>()); }
+
+}  // namespace
+
+std::vector<Type> RowRange::infer_types(const std::vector<Type>& in) const {
+  if (in[0].ndim() < 1) throw TypeError("row_range: needs a value with rows (at least one dimension), got " + in[0].str());
+  check_row_index("row_range", in[1]);
+  check_row_index("row_range", in[2]);
+  Type t = in[0];
+  t.broadcastable[0] = false;
+  return {t};
+}
+
+std::vector<Shape> RowRange::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>& values) const {
+  if (!values.at(1) || !values.at(2)) throw ShapeError("row_range: the rows are known only at run time");
+  const int64_t start = index_value(*values[1]), count = index_value(*values[2]);
+  if (start < 0 || count < 0 || start + count > in[0][0])
+    throw ShapeError("row_range: rows [" + std::to_string(start) + ", " + std::to_string(start + count) + ") of " +
+                     shape_str(in[0]) + " do not exist");
   Shape s = in[0];
-  s[0] = k;
+  s[0] = count;
   return {s};
 }
 
-namespace {
+std::vector<Var> RowRange::L_op(const Node& node, const std::vector<Var>& gouts) const {
+  return {pad_rows(gouts[0], node.inputs[0], node.inputs[1], node.loc), Var(), Var()};
+}
 
-// The transpose of LeadingRows: g's rows, then zeros, in the shape of like.
-class PadRows final : public Op {
- public:
-  void params(OpParams&) const override {}
-  std::string name() const override { return "pad_rows"; }
-  std::vector<Type> infer_types(const std::vector<Type>& in) const override {
-    if (in[0].dtype != in[1].dtype || in[0].ndim() != in[1].ndim())
-      throw TypeError("pad_rows: " + in[0].str() + " and " + in[1].str() + " differ");
-    return {in[1]};
-  }
-  std::vector<Shape> infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const override {
-    if (in[0].size() != in[1].size() || in[0][0] > in[1][0] || !std::equal(in[0].begin() + 1, in[0].end(), in[1].begin() + 1))
-      throw ShapeError("pad_rows: cannot pad " + shape_str(in[0]) + " to " + shape_str(in[1]));
-    return {in[1]};
-  }
-  std::vector<Var> L_op(const Node& node, const std::vector<Var>& gouts) const override {
-    const Var& g = node.inputs[0];
-    return {apply1(std::make_shared<LeadingRows>(), {gouts[0], shape_of(g, node.loc)[0]}, node.loc), Var()};
-  }
-  bool may_fail_on_values() const override { return false; }
-};
+std::vector<Type> PadRows::infer_types(const std::vector<Type>& in) const {
+  if (in[0].dtype != in[1].dtype || in[0].ndim() != in[1].ndim() || in[0].ndim() < 1)
+    throw TypeError("pad_rows: cannot pad rows of " + in[0].str() + " into " + in[1].str() + "; they must have the same dtype " +
+                    "and number of dimensions");
+  check_row_index("pad_rows", in[2]);
+  return {in[1]};
+}
+
+std::vector<Shape> PadRows::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
+  if (in[0][0] > in[1][0] || !std::equal(in[0].begin() + 1, in[0].end(), in[1].begin() + 1))
+    throw ShapeError("pad_rows: cannot pad " + shape_str(in[0]) + " to " + shape_str(in[1]));
+  return {in[1]};
+}
+
+std::vector<Var> PadRows::L_op(const Node& node, const std::vector<Var>& gouts) const {
+  const Var& g = node.inputs[0];
+  return {row_range(gouts[0], node.inputs[2], shape_of(g, node.loc)[0], node.loc), Var(), Var()};
+}
+
+Var row_range(const Var& x, const Var& start, const Var& count, const Loc& loc) {
+  return apply1(std::make_shared<RowRange>(), {x, start, count}, loc);
+}
+
+Var pad_rows(const Var& g, const Var& like, const Var& start, const Loc& loc) {
+  return apply1(std::make_shared<PadRows>(), {g, like, start}, loc);
+}
+
+namespace {
 
 class PadRowsKernel final : public KernelOf<PadRows> {
  public:
   using KernelOf::KernelOf;
   void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
     Tensor& o = out[0];
-    std::memset(o.raw_data(), 0, o.nbytes());
     const Tensor& g = in[0];
-    copy_broadcast(o.view(g.shape(), o.strides(), o.offset()), g);
+    const int64_t start = index_value(in[2]);
+    if (start < 0 || start + g.shape()[0] > o.shape()[0])
+      throw ShapeError("pad_rows: " + std::to_string(g.shape()[0]) + " rows at row " + std::to_string(start) + " do not fit in " +
+                       shape_str(o.shape()));
+    std::memset(o.raw_data(), 0, o.nbytes());
+    copy_broadcast(o.view(g.shape(), o.strides(), o.offset() + start * o.strides()[0]), g);
   }
 };
 
-class LeadingRowsKernel final : public KernelOf<LeadingRows> {
+class RowRangeKernel final : public KernelOf<RowRange> {
  public:
   using KernelOf::KernelOf;
   void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
     const Tensor& x = in[0];
     Shape shape = x.shape();
-    shape[0] = static_cast<int64_t>(in[1].item<double>());
-    set_view(out[0], x, shape, x.strides(), x.offset());
+    const int64_t start = index_value(in[1]);
+    shape[0] = index_value(in[2]);
+    set_view(out[0], x, shape, x.strides(), x.offset() + start * x.strides()[0]);
   }
 };
 
 }  // namespace
 
-std::vector<Var> LeadingRows::L_op(const Node& node, const std::vector<Var>& gouts) const {
-  return {apply1(std::make_shared<PadRows>(), {gouts[0], node.inputs[0]}, node.loc), Var()};
-}
-
 namespace {
 
+Tensor row_of(const Tensor& base, int64_t r) {
+  return base.view(without_first(base.shape()), Shape(base.strides().begin() + 1, base.strides().end()),
+                   base.offset() + r * base.strides()[0]);
+}
+
 // A body input or destination stepping through the rows of a value: re-pointed in place while it
-// stays on the same value, re-viewed when it moves to another (an initial value, then the output).
+// stays on the same value.
 struct RowCursor {
   Tensor* slot = nullptr;
-  const Tensor* on = nullptr;  // the value slot views rows of; null: another value
+  const Tensor* on = nullptr;  // the value slot views rows of
   void row(const Tensor& base, int64_t r) {
-    const int64_t offset = base.offset() + r * base.strides()[0];
     if (on == &base) {
-      TensorHandles::move(*slot, offset);
+      TensorHandles::move(*slot, base.offset() + r * base.strides()[0]);
       return;
     }
-    *slot = base.view(Shape(base.shape().begin() + 1, base.shape().end()), Shape(base.strides().begin() + 1, base.strides().end()),
-                      offset);
+    *slot = row_of(base, r);
     on = &base;
-  }
-  void whole(const Tensor& value) {
-    *slot = value;
-    on = nullptr;
   }
 };
 
 // Runs the body once per step over the body program compiled with the function (no allocation per
-// step): each step points the body's inputs at this step's rows (sequences, earlier outputs or
-// initial values) and its outputs at their rows of the stacked outputs, which the body writes in
-// place.
+// step): the initial values are copied to the leading rows of their outputs, then each step points
+// the body's inputs at this step's rows (of the sequences and of the outputs written before) and
+// its outputs at their rows, which the body writes in place.
 class ScanKernel final : public KernelOf<Scan> {
  public:
   ScanKernel(std::shared_ptr<const Scan> op, const Node& node, const MakeContext& context) : KernelOf(std::move(op), node) {
@@ -320,6 +358,11 @@ class ScanKernel final : public KernelOf<Scan> {
     return body_->arena_bytes(op().body_input_shapes(in));
   }
 
+  // By the compiled body's plan, which knows the shapes the body computes from shapes.
+  std::vector<Shape> infer_shapes(const Node&, const std::vector<Shape>& in, const std::vector<const Tensor*>& values) const override {
+    return op().stacked_shapes(in, values, [&](const std::vector<Shape>& inputs) { return body_->output_shapes(inputs); });
+  }
+
   void run(InputValues in, OutputValues out, std::span<std::byte> scratch) const override {
     const Scan& scan = op();
     const ScanLoop& loop = scan.loop();
@@ -327,9 +370,19 @@ class ScanKernel final : public KernelOf<Scan> {
     std::vector<Shape> shapes;
     for (const Tensor& t : in) shapes.push_back(t.shape());
     const int64_t n = scan.steps(shapes, static_cast<int64_t>(in[0].item<double>()));
+    // The row of output j that holds position p (the initial rows, then one per step).
+    auto row = [&](size_t j, int64_t p) { return loop.keep[j] > 0 ? p % loop.keep[j] : p; };
+    const std::vector<int> initial = initial_index(loop);
+    for (size_t j = 0; j < loop.n_outputs(); ++j) {
+      if (initial[j] < 0) continue;
+      const Tensor& init = in[at.initials + static_cast<size_t>(initial[j])];
+      const int64_t lead = loop.lead_rows(j);
+      for (int64_t p = 0; p < lead; ++p)
+        copy_broadcast(row_of(out[j], row(j, p)), loop.initial_rows(j) ? row_of(init, init.shape()[0] - lead + p) : init);
+    }
+
     std::unique_ptr<InnerRun> body = body_->start(scan.body_input_shapes(shapes), scratch);
     for (size_t i = 0; i < loop.n_non_sequences; ++i) body->input(loop.first_non_sequence_input() + i) = in[at.non_sequences + i];
-
     std::vector<RowCursor> sequence_rows, tap_rows, destinations(loop.n_outputs());
     for (size_t i = 0; i < loop.n_sequences(); ++i)
       for (size_t k = 0; k < loop.sequence_taps[i].size(); ++k)
@@ -342,39 +395,27 @@ class ScanKernel final : public KernelOf<Scan> {
       cond = Tensor::empty({}, cond_dtype_);
       body->destination(loop.n_outputs()) = cond;
     }
-    const std::vector<int> initial = initial_index(loop);
-    auto kept_row = [&](size_t j, int64_t step) { return loop.keep[j] > 0 ? step % loop.keep[j] : step; };
 
     int64_t done = 0;
-    for (int64_t t = 0; t < n; ++t) {
+    for (int64_t s = 0; s < n; ++s) {
       size_t next = 0;
-      for (size_t i = 0; i < loop.n_sequences(); ++i) {
-        const std::vector<int>& taps = loop.sequence_taps[i];
-        const int first = *std::min_element(taps.begin(), taps.end());
-        for (int tap : taps) sequence_rows[next++].row(in[at.sequences + i], t + tap - first);
-      }
+      for (size_t i = 0; i < loop.n_sequences(); ++i)
+        for (int tap : loop.sequence_taps[i]) sequence_rows[next++].row(in[at.sequences + i], s + tap - loop.first_tap(i));
       next = 0;
       for (size_t j = 0; j < loop.n_outputs(); ++j)
-        for (int tap : loop.output_taps[j]) {
-          RowCursor& cursor = tap_rows[next++];
-          const int64_t step = t + tap;  // the step whose value this tap reads
-          const Tensor& init = in[at.initials + static_cast<size_t>(initial[j])];
-          if (step >= 0) cursor.row(out[j], kept_row(j, step));
-          else if (loop.initial_rows(j) == 0) cursor.whole(init);
-          else cursor.row(init, init.shape()[0] + step);
-        }
-      for (size_t j = 0; j < loop.n_outputs(); ++j) destinations[j].row(out[j], kept_row(j, t));
+        for (int tap : loop.output_taps[j]) tap_rows[next++].row(out[j], row(j, loop.lead_rows(j) + s + tap));
+      for (size_t j = 0; j < loop.n_outputs(); ++j) destinations[j].row(out[j], row(j, loop.lead_rows(j) + s));
       body->step();
-      done = t + 1;
+      done = s + 1;
       if (loop.has_until && cond.item<double>() != 0) break;
     }
-    // A ring of the last k steps is handed back in step order.
+    // A ring of the last k positions is handed back in order.
     for (size_t j = 0; j < loop.n_outputs(); ++j) {
-      const int64_t k = loop.keep[j];
-      if (k <= 0 || done <= k || done % k == 0) continue;
+      const int64_t k = loop.keep[j], written = loop.lead_rows(j) + done;
+      if (k <= 0 || written <= k || written % k == 0) continue;
       std::byte* rows = out[j].raw_data();
       const size_t row_bytes = out[j].nbytes() / static_cast<size_t>(k);
-      std::rotate(rows, rows + static_cast<size_t>(done % k) * row_bytes, rows + out[j].nbytes());
+      std::rotate(rows, rows + static_cast<size_t>(written % k) * row_bytes, rows + out[j].nbytes());
     }
     if (loop.has_until) out[loop.n_outputs()].data<int64_t>()[0] = done;
   }
@@ -388,12 +429,215 @@ class ScanKernel final : public KernelOf<Scan> {
 
 void add_scan_kernels(KernelTable& table) {
   table.add<Scan, ScanKernel>();
-  table.add<LeadingRows, LeadingRowsKernel>();
+  table.add<RowRange, RowRangeKernel>();
   table.add<PadRows, PadRowsKernel>();
 }
 
-std::vector<Var> Scan::L_op(const Node& node, const std::vector<Var>&) const {
-  throw GradError(name() + " (" + node.origin() + "): gradients through scan come in the next step of this work");
+namespace {
+
+// The graph that computes `roots`, with some variables replaced: the nodes that read a replaced
+// value, directly or not, are applied again; the others are kept.
+std::vector<Var> rebuild(const std::vector<Var>& roots, std::unordered_map<const Variable*, Var> replace) {
+  auto mapped = [&](const Var& v) {
+    const auto it = replace.find(v.get());
+    return it == replace.end() ? v : it->second;
+  };
+  for (Node* n : topological_order(roots)) {
+    bool reads_replaced = false;
+    std::vector<Var> inputs;
+    for (const Var& in : n->inputs) {
+      inputs.push_back(mapped(in));
+      reads_replaced = reads_replaced || !inputs.back().same(in);
+    }
+    if (!reads_replaced) continue;
+    const std::vector<Var> outs = apply(n->op, inputs, n->loc);
+    for (size_t o = 0; o < outs.size(); ++o) replace[n->outputs[o].get()] = outs[o];
+  }
+  std::vector<Var> out;
+  for (const Var& r : roots) out.push_back(mapped(r));
+  return out;
+}
+
+Var placeholder(const Type& type, const std::string& name) { return tensor(type.dtype, type.broadcastable, name); }
+
+Var index_constant(int64_t i) { return constant(Tensor::scalar(i)); }
+
+Var reverse_rows(const Var& x, const Loc& loc) { return slice(x, 0, std::nullopt, std::nullopt, -1, loc); }
+
+}  // namespace
+
+// Back-propagation through time: a second scan runs the steps from the last to the first. Each of
+// its steps replays the forward body on the values that step read (rows of the sequences and of
+// the stacked outputs, read backwards through reversed views) and takes its vector-Jacobian
+// product (Lop) with the cotangent of the step's outputs: the output gradient of that step plus
+// what later steps sent back through the taps, carried as fed-back outputs (one per row a tap
+// reaches back). The non-sequences' gradients are summed in fed-back accumulators; the sequences'
+// gradients are stacked and padded back into their rows. truncate_gradient k runs only the last k
+// steps back; the initial values then get no gradient from the steps.
+std::vector<Var> Scan::L_op(const Node& node, const std::vector<Var>& gouts) const {
+  const ScanLoop& loop = loop_;
+  const Loc& loc = node.loc;
+  const Layout at(loop);
+  for (int64_t k : loop.keep)
+    if (k > 0) throw Error(name() + " (" + node.origin() + "): no gradient of a scan that keeps only its last rows");
+  std::vector<Var> grads(node.inputs.size()), outputs;
+  for (size_t o = 0; o < node.outputs.size(); ++o) outputs.push_back(const_cast<Node&>(node).output(o));
+  auto carries = [&](size_t j) { return is_float(outputs[j].dtype()); };
+  bool any = false;
+  for (size_t j = 0; j < loop.n_outputs(); ++j) any = any || (gouts[j].defined() && carries(j));
+  if (!any) return grads;
+
+  const Var n = loop.has_until ? outputs.back() : shape_of(outputs[0], loc)[0] - loop.lead_rows(0);
+  const bool truncated = loop.truncate_gradient >= 0;
+  const Var steps_back = truncated ? minimum(n, index_constant(loop.truncate_gradient), loc) : n;
+  // A value whose row t + c + tap forward step t reads at each tap, seen from the last step back.
+  auto backwards = [&](const Var& v, int64_t c, const std::vector<int>& taps, std::vector<int>& back_taps) {
+    const int last = *std::max_element(taps.begin(), taps.end());
+    for (int tap : taps) back_taps.push_back(-tap);
+    return reverse_rows(row_range(v, index_constant(0), n + (c + last), loc), loc);
+  };
+
+  ScanLoop back;
+  std::vector<Var> outer{steps_back}, initials, non_sequences;
+  std::vector<Var> sequence_inputs, state_inputs, non_sequence_inputs;
+  std::unordered_map<const Variable*, Var> replay;  // the forward body's inputs -> the backward body's
+  std::vector<Var> wrt;                              // the forward body's inputs that carry gradients
+  auto read_as = [&](const Var& forward_input, std::vector<Var>& inputs) {
+    Var p = placeholder(forward_input.type(), forward_input.get()->label());
+    replay[forward_input.get()] = p;
+    inputs.push_back(p);
+    if (is_float(p.dtype())) wrt.push_back(p);
+  };
+  for (size_t i = 0; i < loop.n_sequences(); ++i) {
+    back.sequence_taps.emplace_back();
+    outer.push_back(backwards(node.inputs[at.sequences + i], -loop.first_tap(i), loop.sequence_taps[i], back.sequence_taps.back()));
+    for (size_t k = 0; k < loop.sequence_taps[i].size(); ++k) read_as(loop.body.inputs[loop.first_sequence_input(i) + k], sequence_inputs);
+  }
+  for (size_t j = 0; j < loop.n_outputs(); ++j) {
+    if (loop.output_taps[j].empty()) continue;
+    back.sequence_taps.emplace_back();
+    outer.push_back(backwards(outputs[j], loop.lead_rows(j), loop.output_taps[j], back.sequence_taps.back()));
+    for (size_t k = 0; k < loop.output_taps[j].size(); ++k) read_as(loop.body.inputs[loop.first_output_input(j) + k], sequence_inputs);
+  }
+  std::vector<Var> cotangent(loop.n_outputs());
+  for (size_t j = 0; j < loop.n_outputs(); ++j) {
+    if (!gouts[j].defined() || !carries(j)) continue;
+    back.sequence_taps.emplace_back();
+    outer.push_back(backwards(gouts[j], loop.lead_rows(j), {0}, back.sequence_taps.back()));
+    cotangent[j] = placeholder(without_first(outputs[j].type()), "output" + std::to_string(j) + " gradient");
+    sequence_inputs.push_back(cotangent[j]);
+  }
+  // Fed-back outputs of the backward loop: per forward output, the cotangents pending for the
+  // rows its taps reach back to (pending[j][r]: for the row r steps before the current one), then
+  // per non-sequence its gradient so far.
+  std::vector<std::vector<Var>> pending(loop.n_outputs());
+  for (size_t j = 0; j < loop.n_outputs(); ++j) {
+    if (loop.output_taps[j].empty() || !carries(j)) continue;
+    const Var zero = zeros_like(outputs[j][VarIndex(0, loc)], loc);
+    for (int64_t r = 0; r < loop.lead_rows(j); ++r) {
+      pending[j].push_back(placeholder(zero.type(), "output" + std::to_string(j) + " pending[" + std::to_string(r) + "]"));
+      state_inputs.push_back(pending[j].back());
+      initials.push_back(zero);
+      back.output_taps.push_back({-1});
+    }
+  }
+  const size_t first_non_sequence = loop.first_non_sequence_input();
+  std::vector<Var> total;  // per non-sequence carrying a gradient, its running sum
+  for (size_t m = 0; m < loop.n_non_sequences; ++m) {
+    const Var& w = node.inputs[at.non_sequences + m];
+    non_sequences.push_back(w);
+    read_as(loop.body.inputs[first_non_sequence + m], non_sequence_inputs);
+    if (!is_float(w.dtype())) continue;
+    total.push_back(placeholder(w.type(), w.get()->label() + " gradient"));
+    state_inputs.push_back(total.back());
+    initials.push_back(zeros_like(w, loc));
+    back.output_taps.push_back({-1});
+  }
+
+  // The backward body: the forward step replayed, and its vector-Jacobian product.
+  const std::vector<Var> step_outputs(loop.body.outputs.begin(), loop.body.outputs.begin() + static_cast<int64_t>(loop.n_outputs()));
+  const std::vector<Var> replayed = rebuild(step_outputs, replay);
+  std::vector<Var> f, eval_points;
+  for (size_t j = 0; j < loop.n_outputs(); ++j) {
+    Var c = cotangent[j];
+    if (!pending[j].empty()) c = c.defined() ? c + pending[j][0] : pending[j][0];
+    if (!c.defined()) continue;
+    f.push_back(replayed[j]);
+    eval_points.push_back(c);
+  }
+  const std::vector<Var> d = Lop(f, wrt, eval_points, {.disconnected_inputs = DisconnectedInputs::zero});
+  std::unordered_map<const Variable*, Var> gradient_of;  // backward placeholder -> this step's gradient
+  for (size_t w = 0; w < wrt.size(); ++w) gradient_of[wrt[w].get()] = d[w];
+  auto step_gradient = [&](size_t body_input) { return gradient_of.at(replay.at(loop.body.inputs[body_input].get()).get()); };
+
+  std::vector<Var> back_outputs;
+  for (size_t j = 0; j < loop.n_outputs(); ++j) {
+    if (pending[j].empty()) continue;
+    const std::vector<int>& taps = loop.output_taps[j];
+    for (int64_t r = 0; r < loop.lead_rows(j); ++r) {
+      Var next = r + 1 < loop.lead_rows(j) ? pending[j][static_cast<size_t>(r + 1)] : Var();
+      for (size_t k = 0; k < taps.size(); ++k)
+        if (taps[k] == -(r + 1)) {
+          const Var g = step_gradient(loop.first_output_input(j) + k);
+          next = next.defined() ? next + g : g;
+        }
+      back_outputs.push_back(next);
+    }
+  }
+  for (size_t m = 0, next = 0; m < loop.n_non_sequences; ++m)
+    if (is_float(node.inputs[at.non_sequences + m].dtype()))
+      back_outputs.push_back(total[next++] + step_gradient(first_non_sequence + m));
+  const size_t first_sequence_gradient = back_outputs.size();
+  for (size_t i = 0; i < loop.n_sequences(); ++i) {
+    if (!is_float(node.inputs[at.sequences + i].dtype())) continue;
+    for (size_t k = 0; k < loop.sequence_taps[i].size(); ++k) {
+      back_outputs.push_back(step_gradient(loop.first_sequence_input(i) + k));
+      back.output_taps.push_back({});
+    }
+  }
+  for (const auto* kind : {&sequence_inputs, &state_inputs, &non_sequence_inputs})
+    back.body.inputs.insert(back.body.inputs.end(), kind->begin(), kind->end());
+  back.body.outputs = back_outputs;
+  back.n_non_sequences = non_sequence_inputs.size();
+  back.keep.assign(back.n_outputs(), 0);
+  outer.insert(outer.end(), initials.begin(), initials.end());
+  outer.insert(outer.end(), non_sequences.begin(), non_sequences.end());
+  const std::vector<Var> stacked = apply(std::make_shared<Scan>(std::move(back)), outer, loc);
+
+  // The gradients of the forward scan's inputs.
+  size_t next = 0;
+  auto final_value = [&](size_t b) { return stacked[b][VarIndex(-1, loc)]; };
+  std::vector<int> initial = initial_index(loop);
+  for (size_t j = 0; j < loop.n_outputs(); ++j) {
+    if (pending[j].empty()) continue;
+    const int64_t lead = loop.lead_rows(j);
+    std::vector<Var> rows;  // the gradient of each lead row of output j
+    for (int64_t q = 0; q < lead; ++q) {
+      Var g = final_value(next + static_cast<size_t>(lead - 1 - q));
+      if (truncated) g = ifelse(n <= loop.truncate_gradient, g, zeros_like(g, loc), loc);
+      if (gouts[j].defined()) g = g + gouts[j][VarIndex(q, loc)];
+      rows.push_back(g);
+    }
+    next += static_cast<size_t>(lead);
+    const Var& init = node.inputs[at.initials + static_cast<size_t>(initial[j])];
+    grads[at.initials + static_cast<size_t>(initial[j])] =
+        loop.initial_rows(j) ? pad_rows(stack(rows, 0, loc), init, shape_of(init, loc)[0] - lead, loc) : rows[0];
+  }
+  for (size_t m = 0; m < loop.n_non_sequences; ++m)
+    if (is_float(node.inputs[at.non_sequences + m].dtype())) grads[at.non_sequences + m] = final_value(next++);
+  next = first_sequence_gradient;
+  for (size_t i = 0; i < loop.n_sequences(); ++i) {
+    const Var& sequence = node.inputs[at.sequences + i];
+    if (!is_float(sequence.dtype())) continue;
+    Var sum;
+    for (int tap : loop.sequence_taps[i]) {
+      const Var start = (n - steps_back) + (tap - loop.first_tap(i));
+      const Var g = pad_rows(reverse_rows(stacked[next++], loc), sequence, start, loc);
+      sum = sum.defined() ? sum + g : g;
+    }
+    grads[at.sequences + i] = sum;
+  }
+  return grads;
 }
 
 // ---- Building a scan from the user's body ----
@@ -423,15 +667,7 @@ class BuildScope {
   ScanBuild& build_;
 };
 
-Var placeholder(const Type& type, const std::string& name) { return tensor(type.dtype, type.broadcastable, name); }
-
 std::string where(const Loc& loc) { return " (scan at " + loc_str(loc) + ")"; }
-
-// The value a loop leaves: its last row, or, after no step, the initial value.
-Var last_or(const Var& stacked, const Var& initial, const Loc& loc) {
-  Var rows = shape_of(stacked, loc)[0];
-  return ifelse(rows > 0, stacked[VarIndex(-1, loc)], initial, loc);
-}
 
 }  // namespace
 
@@ -456,13 +692,36 @@ void scan_update(const Shared& variable, const Var& value, Loc loc) {
   building->updates.push_back({variable, value});
 }
 
-ScanResult scan(const std::function<std::vector<Var>(const std::vector<Var>&)>& fn, ScanArgs args, Loc loc) {
+namespace {
+
+// A scan node and how to read its stacked outputs.
+struct Built {
+  std::vector<Var> stacked;   // per loop output: its lead rows, then one row per step
+  std::vector<Var> outputs;   // the user's outputs among them
+  std::vector<int64_t> lead;  // per loop output, its lead rows
+  Var count;                  // the steps run, for a loop with a stop condition
+  Updates updates;
+  Loc loc;
+
+  Var steps(size_t j) const {
+    if (!count.defined() && lead[j] == 0) return stacked[j];
+    const Var rows = count.defined() ? count : shape_of(stacked[j], loc)[0] - lead[j];
+    return row_range(stacked[j], constant(Tensor::scalar(lead[j])), rows, loc);
+  }
+  // The value after the last step (the initial value after none).
+  Var final_value(size_t j) const {
+    return count.defined() ? stacked[j][VarIndex(count + (lead[j] - 1), loc)] : stacked[j][VarIndex(-1, loc)];
+  }
+};
+
+Built build_scan(const std::function<std::vector<Var>(const std::vector<Var>&)>& fn, ScanArgs args, Loc loc) {
   ScanLoop loop;
   if (args.n_steps && (!args.n_steps->defined() || args.n_steps->ndim() != 0))
     throw TypeError("scan: n_steps must be a scalar, got " +
                     (args.n_steps->defined() ? args.n_steps->type().str() : std::string("an empty Var")) + where(loc));
   if (!args.n_steps && args.sequences.empty())
     throw TypeError("scan: give n_steps or at least one sequence: nothing else tells how many steps to run" + where(loc));
+  loop.steps_from_sequences = !args.n_steps;
   std::vector<Var> outer{args.n_steps ? cast(*args.n_steps, DType::i64, loc) : constant(Tensor::scalar(int64_t{-1}))};
   // The body's inputs by kind, in the order the loop feeds them (ScanLoop).
   std::vector<Var> sequence_inputs, output_inputs, state_inputs, non_sequence_inputs;
@@ -597,23 +856,11 @@ ScanResult scan(const std::function<std::vector<Var>(const std::vector<Var>&)>& 
     if (inside[n->outputs[0].get()])
       for (const Var& in : n->inputs) bring_in(in);
   for (const Var& r : roots) bring_in(r);
-  // The body's own graph: its nodes made again over the placeholders.
-  std::unordered_map<const Variable*, Var> made(replace.begin(), replace.end());
-  auto mapped = [&](const Var& v) {
-    const auto it = made.find(v.get());
-    return it == made.end() ? v : it->second;
-  };
-  for (Node* n : order) {
-    if (!inside[n->outputs[0].get()]) continue;
-    std::vector<Var> inputs;
-    for (const Var& in : n->inputs) inputs.push_back(mapped(in));
-    const std::vector<Var> outs = apply(n->op, inputs, n->loc);
-    for (size_t o = 0; o < outs.size(); ++o) made[n->outputs[o].get()] = outs[o];
-  }
+  // The body's own graph: made again where it reads the placeholders of captured values.
+  std::vector<Var> body_outputs = rebuild(roots, replace);
   for (const auto* kind : {&sequence_inputs, &output_inputs, &state_inputs, &non_sequence_inputs, &implicit_inputs})
     loop.body.inputs.insert(loop.body.inputs.end(), kind->begin(), kind->end());
-  for (const Var& r : returned) loop.body.outputs.push_back(mapped(r));
-  if (stops) loop.body.outputs.push_back(mapped(cond));
+  loop.body.outputs = std::move(body_outputs);
   loop.n_non_sequences = non_sequence_inputs.size() + implicit_inputs.size();
   loop.has_until = stops;
   loop.truncate_gradient = args.truncate_gradient;
@@ -622,30 +869,50 @@ ScanResult scan(const std::function<std::vector<Var>(const std::vector<Var>&)>& 
   outer.insert(outer.end(), initials.begin(), initials.end());
   outer.insert(outer.end(), args.non_sequences.begin(), args.non_sequences.end());
   outer.insert(outer.end(), implicit_outer.begin(), implicit_outer.end());
-  const size_t n_user = loop.n_outputs() - build.updates.size();
-  std::vector<Var> results = apply(std::make_shared<Scan>(std::move(loop)), outer, loc);
-  if (stops)
-    for (size_t j = 0; j + 1 < results.size(); ++j)
-      results[j] = apply1(std::make_shared<LeadingRows>(), {results[j], results.back()}, loc);
-  ScanResult result;
-  result.outputs.assign(results.begin(), results.begin() + static_cast<int64_t>(n_user));
+  Built built;
+  for (size_t j = 0; j < loop.n_outputs(); ++j) built.lead.push_back(loop.lead_rows(j));
+  built.stacked = apply(std::make_shared<Scan>(std::move(loop)), outer, loc);
+  if (stops) {
+    built.count = built.stacked.back();
+    built.stacked.pop_back();
+  }
+  built.loc = loc;
+  const size_t n_user = built.stacked.size() - build.updates.size();
+  built.outputs.assign(built.stacked.begin(), built.stacked.begin() + static_cast<int64_t>(n_user));
   for (size_t u = 0; u < build.updates.size(); ++u)
-    result.updates.push_back({build.updates[u].first, last_or(results[n_user + u], build.updates[u].first, loc)});
+    built.updates.push_back({build.updates[u].first, built.final_value(n_user + u)});
+  return built;
+}
+
+}  // namespace
+
+ScanResult scan(const std::function<std::vector<Var>(const std::vector<Var>&)>& fn, ScanArgs args, Loc loc) {
+  const Built built = build_scan(fn, std::move(args), loc);
+  ScanResult result{.outputs = {}, .updates = built.updates};
+  for (size_t j = 0; j < built.outputs.size(); ++j) result.outputs.push_back(built.steps(j));
   return result;
 }
 
 ScanResult map(const std::function<std::vector<Var>(const std::vector<Var>&)>& fn, std::vector<SeqTaps> sequences,
                std::vector<Var> non_sequences, bool go_backwards, Loc loc) {
-  return scan(fn, {.sequences = std::move(sequences), .non_sequences = std::move(non_sequences), .go_backwards = go_backwards}, loc);
+  ScanArgs args;
+  args.sequences = std::move(sequences);
+  args.non_sequences = std::move(non_sequences);
+  args.go_backwards = go_backwards;
+  return scan(fn, std::move(args), loc);
 }
 
 ScanResult reduce(const std::function<std::vector<Var>(const std::vector<Var>&)>& fn, std::vector<SeqTaps> sequences,
                   std::vector<Var> initial, std::vector<Var> non_sequences, bool go_backwards, Loc loc) {
-  std::vector<std::optional<Taps>> info(initial.begin(), initial.end());
-  ScanResult r = scan(fn, {.sequences = std::move(sequences), .outputs_info = std::move(info), .non_sequences = std::move(non_sequences),
-                           .go_backwards = go_backwards}, loc);
-  for (size_t j = 0; j < r.outputs.size(); ++j) r.outputs[j] = last_or(r.outputs[j], initial[j], loc);
-  return r;
+  ScanArgs args;
+  args.sequences = std::move(sequences);
+  args.outputs_info.assign(initial.begin(), initial.end());
+  args.non_sequences = std::move(non_sequences);
+  args.go_backwards = go_backwards;
+  const Built built = build_scan(fn, std::move(args), loc);
+  ScanResult result{.outputs = {}, .updates = built.updates};
+  for (size_t j = 0; j < built.outputs.size(); ++j) result.outputs.push_back(built.final_value(j));
+  return result;
 }
 
 ScanResult foldl(const std::function<std::vector<Var>(const std::vector<Var>&)>& fn, std::vector<SeqTaps> sequences,

@@ -1,5 +1,6 @@
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -15,13 +16,14 @@ namespace kiln {
 // is one (until).
 struct ScanLoop {
   InnerGraph body;
-  std::vector<std::vector<int>> sequence_taps;  // per sequence, ascending offsets
-  std::vector<std::vector<int>> output_taps;    // per output, ascending negative offsets; empty: not fed back
+  std::vector<std::vector<int>> sequence_taps;  // per sequence, offsets from the current step
+  std::vector<std::vector<int>> output_taps;    // per output, negative offsets; empty: not fed back
   size_t n_non_sequences = 0;
+  bool steps_from_sequences = false;  // n_steps not given: the shortest sequence decides
   bool has_until = false;
   int64_t truncate_gradient = -1;  // back-propagation through the last this many steps; -1: all
-  // Per output: 0 keeps every step; k > 0 only the last k (save memory: a ring buffer of k rows,
-  // handed back in step order).
+  // Per output: 0 keeps every row; k > 0 only the last k (save memory: a ring buffer of k rows,
+  // handed back in order). An output fed back keeps more rows than its taps reach back.
   std::vector<int64_t> keep;
 
   size_t n_sequences() const { return sequence_taps.size(); }
@@ -31,17 +33,21 @@ struct ScanLoop {
   size_t first_output_input(size_t j) const;
   size_t first_non_sequence_input() const;
   // The rows of a sequence a loop of n steps reads: n plus the spread of its taps.
-  int64_t spread(size_t i) const { return sequence_taps[i].back() - sequence_taps[i].front(); }
+  int64_t spread(size_t i) const;
+  int first_tap(size_t i) const;  // the smallest offset of sequence i: step 0 reads its row 0
   // The rows the initial value of a fed-back output holds: none (it is the value itself) for the
   // single tap -1, else the largest offset.
   int64_t initial_rows(size_t j) const;
+  // The rows of output j before the first step's: the initial values its taps reach back to.
+  int64_t lead_rows(size_t j) const;
 };
 
 // scan: the outer inputs are [n_steps, sequences..., the initial value of each fed-back output...,
-// non-sequences...]; n_steps is an i64 scalar, negative when the sequences decide. The outputs are,
-// per loop output, its values at the steps kept, stacked on axis 0, then, when the loop has a stop
-// condition, the number of steps it ran (the stacked outputs then hold room for the most steps
-// it may run; LeadingRows hands back the rows written).
+// non-sequences...]; n_steps is an i64 scalar (ignored when the sequences decide). The outputs are,
+// per loop output, its values stacked on axis 0: the initial rows its taps read (lead_rows), then
+// one row per step; then, when the loop has a stop condition, the number of steps it ran (the
+// stacked outputs then hold room for the most steps it may run; RowRange hands back the rows
+// written). Gradients read the values the steps read from the same rows.
 class Scan final : public Op {
  public:
   explicit Scan(ScanLoop loop) : loop_(std::move(loop)) {}
@@ -56,6 +62,9 @@ class Scan final : public Op {
   // The number of steps for these outer input shapes and n_steps; ShapeError, naming the scan,
   // when n_steps is negative or more than the sequences allow.
   int64_t steps(const std::vector<Shape>& inputs, int64_t n_steps) const;
+  // The shapes of the outputs, from the shapes of the body's outputs for given input shapes.
+  std::vector<Shape> stacked_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values,
+                                    const std::function<std::vector<Shape>(const std::vector<Shape>&)>& body_shapes) const;
   // The shapes of the body's inputs for these outer input shapes.
   std::vector<Shape> body_input_shapes(const std::vector<Shape>& inputs) const;
 
@@ -63,18 +72,32 @@ class Scan final : public Op {
   ScanLoop loop_;
 };
 
-// The first k rows of x, k a 0-d integer value: a view (the rows a loop that stopped early wrote).
-class LeadingRows final : public Op {
+// Rows [start, start + count) of x, start and count 0-d integer values: a view (the rows a loop
+// that stopped early wrote).
+class RowRange final : public Op {
  public:
   void params(OpParams&) const override {}
-  std::string name() const override { return "leading_rows"; }
+  std::string name() const override { return "row_range"; }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
-  std::vector<int> needs_input_values() const override { return {1}; }
+  std::vector<int> needs_input_values() const override { return {1, 2}; }
   std::vector<std::pair<int, int>> view_map() const override { return {{0, 0}}; }
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
   bool may_fail_on_values() const override { return false; }
 };
+
+// Its transpose: zeros in the shape of `like`, with g's rows at [start, start + rows of g).
+class PadRows final : public Op {
+ public:
+  void params(OpParams&) const override {}
+  std::string name() const override { return "pad_rows"; }
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+};
+
+Var row_range(const Var& x, const Var& start, const Var& count, const Loc& loc);
+Var pad_rows(const Var& g, const Var& like, const Var& start, const Loc& loc);
 
 // The shapes of a graph's outputs for inputs of these shapes, by each node's shape inference (the
 // values it reads being constants or shapes); ShapeError where a shape depends on other values.

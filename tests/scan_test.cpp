@@ -1,0 +1,346 @@
+#include "test_util.hpp"
+
+using namespace kiln;
+using namespace kiln::test;
+
+namespace {
+
+using Body = std::function<std::vector<Var>(const std::vector<Var>&)>;
+
+std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
+
+Tensor f64_vector(std::vector<double> v) { return Tensor::from(v); }
+
+}  // namespace
+
+// ---- The loop ----
+
+TEST(Scan, CumulativeSumOverASequence) {
+  Var x = vector("x", f64), s0 = scalar("s0", f64);
+  ScanResult r = scan([](const std::vector<Var>& a) { return std::vector<Var>{a[0] + a[1]}; }, {.sequences = {x}, .outputs_info = {s0}});
+  expect_values(eval1({x, s0}, r.outputs[0], {f64_vector({1, 2, 3, 4}), Tensor::scalar(10.0)}), {11, 13, 16, 20});
+}
+
+TEST(Scan, GoBackwardsReadsTheLastRowFirst) {
+  Var x = vector("x", f64), s0 = scalar("s0", f64);
+  ScanResult r = scan([](const std::vector<Var>& a) { return std::vector<Var>{a[0] + 2.0 * a[1]}; },
+                      {.sequences = {x}, .outputs_info = {s0}, .go_backwards = true});
+  // 4, 3 + 8, 2 + 22, 1 + 48
+  expect_values(eval1({x, s0}, r.outputs[0], {f64_vector({1, 2, 3, 4}), Tensor::scalar(0.0)}), {4, 11, 24, 49});
+}
+
+TEST(Scan, OutputTapsReachBackSeveralSteps) {
+  Var init = vector("init", f64), n = scalar("n", i64);
+  ScanResult fib = scan([](const std::vector<Var>& a) { return std::vector<Var>{a[0] + a[1]}; },
+                        {.outputs_info = {Taps{init, {-2, -1}}}, .n_steps = n});
+  expect_values(eval1({init, n}, fib.outputs[0], {f64_vector({0, 1}), Tensor::scalar(int64_t{8})}), {1, 2, 3, 5, 8, 13, 21, 34});
+  // An initial value with more rows than the taps reach: its last rows are the steps before.
+  expect_values(eval1({init, n}, fib.outputs[0], {f64_vector({100, 2, 3}), Tensor::scalar(int64_t{3})}), {5, 8, 13});
+  // Taps given in any order: the body receives them in the order given.
+  ScanResult lag = scan([](const std::vector<Var>& a) { return std::vector<Var>{a[0] - a[1]}; },
+                        {.outputs_info = {Taps{init, {-1, -2}}}, .n_steps = n});
+  // y[t] = y[t-1] - y[t-2] from (2, 5): 3, -2, -5
+  expect_values(eval1({init, n}, lag.outputs[0], {f64_vector({2, 5}), Tensor::scalar(int64_t{3})}), {3, -2, -5});
+}
+
+TEST(Scan, SequenceTapsReadAWindow) {
+  Var x = vector("x", f64);
+  ScanResult r = map([](const std::vector<Var>& a) { return std::vector<Var>{a[0] + 10.0 * a[1] + 100.0 * a[2]}; },
+                     {SeqTaps{x, {-1, 0, 1}}});
+  // Steps run while every tap has a row: t = 1 .. 3 of 5 rows.
+  expect_values(eval1({x}, r.outputs[0], {f64_vector({1, 2, 3, 4, 5})}), {321, 432, 543});
+}
+
+TEST(Scan, RunsToTheShortestSequence) {
+  Var x = vector("x", f64), y = vector("y", f64);
+  ScanResult r = map([](const std::vector<Var>& a) { return std::vector<Var>{a[0] * a[1]}; }, {x, y});
+  expect_values(eval1({x, y}, r.outputs[0], {f64_vector({1, 2, 3, 4}), f64_vector({5, 6})}), {5, 12});
+}
+
+TEST(Scan, OutputsNotFedBackAndSeveralOutputs) {
+  Var x = vector("x", f64), s0 = scalar("s0", f64);
+  ScanResult r = scan(
+      [](const std::vector<Var>& a) {
+        Var sum = a[0] + a[1];
+        return std::vector<Var>{sum, sum * sum};
+      },
+      {.sequences = {x}, .outputs_info = {s0, std::nullopt}});
+  std::vector<Tensor> out = eval({x, s0}, r.outputs, {f64_vector({1, 2, 3}), Tensor::scalar(0.0)});
+  expect_values(out[0], {1, 3, 6});
+  expect_values(out[1], {1, 9, 36});
+}
+
+TEST(Scan, NonSequencesAndCapturedValuesReachEveryStep) {
+  Var x = vector("x", f64), w = scalar("w", f64), c = scalar("c", f64);
+  ScanResult r = map([&](const std::vector<Var>& a) { return std::vector<Var>{a[0] * a[1] + c}; }, {x}, {w});
+  expect_values(eval1({x, w, c}, r.outputs[0], {f64_vector({1, 2, 3}), Tensor::scalar(2.0), Tensor::scalar(0.5)}), {2.5, 4.5, 6.5});
+}
+
+TEST(Scan, MatrixStateElmanNetwork) {
+  Var X = matrix("X", f64), h0 = vector("h0", f64), W = matrix("W", f64);
+  ScanResult r = scan([&](const std::vector<Var>& a) { return std::vector<Var>{tanh(dot(a[1], W) + a[0])}; },
+                      {.sequences = {X}, .outputs_info = {h0}});
+  const Tensor xv = random_tensor({4, 3}, f64, -1, 1, 1), wv = random_tensor({3, 3}, f64, -1, 1, 2);
+  const Tensor got = eval1({X, h0, W}, r.outputs[0], {xv, Tensor::zeros({3}, f64), wv});
+  std::vector<double> h(3, 0.0), expected;
+  const std::vector<double> xs = values(xv), ws = values(wv);
+  for (int t = 0; t < 4; ++t) {
+    std::vector<double> next(3);
+    for (int j = 0; j < 3; ++j) {
+      double acc = xs[t * 3 + j];
+      for (int i = 0; i < 3; ++i) acc += h[i] * ws[i * 3 + j];
+      next[j] = std::tanh(acc);
+    }
+    h = next;
+    expected.insert(expected.end(), h.begin(), h.end());
+  }
+  expect_values(got, expected, 1e-12);
+}
+
+TEST(Scan, UntilStopsAfterTheStepWhereItHolds) {
+  Var one = scalar("one", f64), lim = scalar("lim", f64);
+  ScanResult r = scan(
+      [](const std::vector<Var>& a) {
+        Var v = a[0] * 2.0;
+        return std::vector<Var>{v, until(v > a[1])};
+      },
+      {.outputs_info = {Taps{one}}, .non_sequences = {lim}, .n_steps = 100});
+  Function f = function({one, lim}, {r.outputs[0]});
+  expect_values(f(Tensor::scalar(1.0), Tensor::scalar(100.0))[0], {2, 4, 8, 16, 32, 64, 128});
+  expect_values(f(Tensor::scalar(1.0), Tensor::scalar(1.0))[0], {2});
+  // The condition never holds: n_steps bounds the loop.
+  EXPECT_EQ(f(Tensor::scalar(1.0), Tensor::scalar(1e300))[0].shape(), (Shape{100}));
+}
+
+TEST(Scan, SharedVariableUpdatedEveryStep) {
+  Shared acc = shared(Tensor::scalar(0.0), "acc");
+  Var xs = vector("xs", f64);
+  ScanResult r = scan(
+      [&](const std::vector<Var>& a) {
+        scan_update(acc, acc + a[0]);
+        return std::vector<Var>{a[0] * 2.0 + acc};
+      },
+      {.sequences = {xs}});
+  Function f = function({xs}, {r.outputs[0]}, {.updates = r.updates});
+  // The body reads acc before the step's update: 0, 1, 3.
+  expect_values(f(f64_vector({1, 2, 3}))[0], {2, 5, 9});
+  expect_values(acc.get_value(), {6});
+  f(f64_vector({1, 2, 3}));
+  expect_values(acc.get_value(), {12});
+}
+
+TEST(Scan, ReduceFoldlFoldrAndNoStep) {
+  Var x = vector("x", f64), s0 = scalar("s0", f64);
+  Body sub = [](const std::vector<Var>& a) { return std::vector<Var>{a[1] * 10.0 + a[0]}; };
+  Var left = foldl(sub, {x}, {s0}).outputs[0], right = foldr(sub, {x}, {s0}).outputs[0];
+  Var total = reduce([](const std::vector<Var>& a) { return std::vector<Var>{a[0] + a[1]}; }, {x}, {s0}).outputs[0];
+  std::vector<Tensor> out = eval({x, s0}, {left, right, total}, {f64_vector({1, 2, 3}), Tensor::scalar(0.0)});
+  expect_values(out[0], {123});
+  expect_values(out[1], {321});
+  expect_values(out[2], {6});
+  // No step at all: the initial value comes back, the stacked outputs are empty.
+  ScanResult none = scan([](const std::vector<Var>& a) { return std::vector<Var>{a[0] + a[1]}; }, {.sequences = {x}, .outputs_info = {s0}});
+  out = eval({x, s0}, {total, none.outputs[0]}, {Tensor::from(std::vector<double>{}), Tensor::scalar(7.0)});
+  expect_values(out[0], {7});
+  EXPECT_EQ(out[1].shape(), (Shape{0}));
+}
+
+TEST(Scan, NestedScan) {
+  Var X = matrix("X", f64);
+  // The sum of each row by an inner scan, then a running total of the rows' sums.
+  ScanResult r = scan(
+      [](const std::vector<Var>& a) {
+        Var row_sum = reduce([](const std::vector<Var>& b) { return std::vector<Var>{b[0] + b[1]}; }, {a[0]},
+                             {constant(Tensor::scalar(0.0))})
+                          .outputs[0];
+        return std::vector<Var>{a[1] + row_sum};
+      },
+      {.sequences = {X}, .outputs_info = {constant(Tensor::scalar(0.0))}});
+  expect_values(eval1({X}, r.outputs[0], {Tensor::from(std::vector<double>{1, 2, 3, 4, 5, 6}, {3, 2})}), {3, 10, 21});
+}
+
+// ---- Errors ----
+
+TEST(ScanErrors, BadBodiesAndArgumentsAreNamed) {
+  Var x = vector("x", f64), s0 = scalar("s0", f64), s32 = scalar("s32", f32);
+  auto throws = [](const std::function<void()>& build, const std::string& part) {
+    try {
+      build();
+      ADD_FAILURE() << "no error; expected one mentioning '" << part << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  throws([&] { scan([](const std::vector<Var>& a) { return std::vector<Var>{a[0]}; }, {}); }, "give n_steps or at least one sequence");
+  throws([&] { scan([](const std::vector<Var>& a) { return std::vector<Var>{a[0], a[0]}; }, {.sequences = {x}, .outputs_info = {s0}}); },
+         "returned 2 values");
+  throws([&] { scan([](const std::vector<Var>& a) { return std::vector<Var>{a[0] + a[1]}; }, {.sequences = {x}, .outputs_info = {s32}}); },
+         "cast(");
+  throws([&] { scan([](const std::vector<Var>& a) { return std::vector<Var>{a[0]}; }, {.outputs_info = {Taps{x, {0}}}, .n_steps = 3}); },
+         "earlier steps");
+  throws([&] { scan([](const std::vector<Var>& a) { return std::vector<Var>{a[0]}; }, {.outputs_info = {Taps{s0, {-2}}}, .n_steps = 3}); },
+         "needs that many rows");
+  throws([&] { until(s0 > 1.0); }, "only a scan's body");
+  throws([&] { scan_update(shared(Tensor::scalar(0.0)), s0); }, "only a scan's body");
+  throws(
+      [&] {
+        scan([](const std::vector<Var>& a) { return std::vector<Var>{a[0], until(a[0] > 1.0) * 1.0}; }, {.sequences = {x}});
+      },
+      "did not return it last");
+  try {
+    scan([](const std::vector<Var>& a) { return std::vector<Var>{a[0]}; }, {.sequences = {x}, .outputs_info = {s32}});
+    ADD_FAILURE() << "no error";
+  } catch (const TypeError& e) {
+    EXPECT_NE(std::string(e.what()).find("scan_test.cpp"), std::string::npos) << "names the user's line: " << e.what();
+  }
+}
+
+TEST(ScanErrors, ShapesKnownAtRunTimeAreChecked) {
+  Var x = vector("x", f64), n = scalar("n", i64), h0 = vector("h0", f64), s0 = scalar("s0", f64);
+  ScanResult r = scan([](const std::vector<Var>& a) { return std::vector<Var>{a[0] + a[1]}; },
+                      {.sequences = {x}, .outputs_info = {s0}, .n_steps = n});
+  Function f = function({x, n, s0}, {r.outputs[0]});
+  EXPECT_THROW(f(f64_vector({1, 2}), Tensor::scalar(int64_t{3}), Tensor::scalar(0.0)), ShapeError);
+  EXPECT_THROW(f(f64_vector({1, 2}), Tensor::scalar(int64_t{-1}), Tensor::scalar(0.0)), ShapeError);
+  // The body changes the shape of what it feeds back.
+  ScanResult grows = scan([](const std::vector<Var>& a) { return std::vector<Var>{concatenate({a[0], a[0]})}; },
+                          {.outputs_info = {h0}, .n_steps = 2});
+  Function g = function({h0}, {grows.outputs[0]});
+  try {
+    g(f64_vector({1, 2}));
+    ADD_FAILURE() << "no error";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("fed back"), std::string::npos) << e.what();
+  }
+  // A sequence shorter than its taps' spread.
+  ScanResult window = map([](const std::vector<Var>& a) { return std::vector<Var>{a[0] + a[1]}; }, {SeqTaps{x, {0, 3}}});
+  EXPECT_THROW(eval1({x}, window.outputs[0], {f64_vector({1, 2})}), ShapeError);
+}
+
+// ---- Gradients (back-propagation through time), against finite differences ----
+
+TEST(ScanGrad, ElmanNetwork) {
+  verify_grad(
+      [](std::vector<Var> v) {
+        const Var &X = v[0], &h0 = v[1], &W = v[2], &U = v[3], &b = v[4];
+        ScanResult r = scan([&](const std::vector<Var>& a) { return std::vector<Var>{tanh(dot(a[0], W) + dot(a[1], U) + b)}; },
+                            {.sequences = {X}, .outputs_info = {h0}});
+        return r.outputs[0];
+      },
+      {random_tensor({5, 3}, f64, -1, 1, 1), random_tensor({4}, f64, -1, 1, 2), random_tensor({3, 4}, f64, -1, 1, 3),
+       random_tensor({4, 4}, f64, -1, 1, 4), random_tensor({4}, f64, -1, 1, 5)});
+}
+
+TEST(ScanGrad, TwoTapRecurrenceReachesTheInitialRows) {
+  verify_grad(
+      [](std::vector<Var> v) {
+        const Var &x = v[0], &init = v[1], &a = v[2], &b = v[3];
+        ScanResult r = scan([&](const std::vector<Var>& in) { return std::vector<Var>{a * in[1] + b * tanh(in[2]) + in[0]}; },
+                            {.sequences = {x}, .outputs_info = {Taps{init, {-2, -1}}}});
+        return r.outputs[0];
+      },
+      {random_tensor({6}, f64, -1, 1, 1), random_tensor({3}, f64, -1, 1, 2), Tensor::scalar(0.7), Tensor::scalar(-0.4)});
+}
+
+TEST(ScanGrad, SequenceTapsAndOutputsNotFedBack) {
+  verify_grad(
+      [](std::vector<Var> v) {
+        const Var &x = v[0], &s0 = v[1];
+        ScanResult r = scan(
+            [](const std::vector<Var>& a) {
+              Var s = a[2] * a[0] + sin(a[1]);
+              return std::vector<Var>{s, s * a[1]};
+            },
+            {.sequences = {SeqTaps{x, {-1, 1}}}, .outputs_info = {s0, std::nullopt}});
+        return r.outputs[0] + r.outputs[1];
+      },
+      {random_tensor({6}, f64, -1, 1, 1), Tensor::scalar(0.3)});
+}
+
+TEST(ScanGrad, LstmCell) {
+  verify_grad(
+      [](std::vector<Var> v) {
+        const Var &X = v[0], &W = v[1], &U = v[2], &h0 = v[3], &c0 = v[4];
+        ScanResult r = scan(
+            [&](const std::vector<Var>& a) {
+              const Var z = dot(a[0], W) + dot(a[1], U);  // 4 gates of width 3 side by side
+              const Var i = sigmoid(slice(z, 0, 0, 3)), f = sigmoid(slice(z, 0, 3, 6)), o = sigmoid(slice(z, 0, 6, 9));
+              const Var g = tanh(slice(z, 0, 9, 12));
+              const Var c = f * a[2] + i * g;
+              return std::vector<Var>{o * tanh(c), c};
+            },
+            {.sequences = {X}, .outputs_info = {Taps{h0}, Taps{c0}}});
+        return r.outputs[0];
+      },
+      {random_tensor({4, 2}, f64, -1, 1, 1), random_tensor({2, 12}, f64, -1, 1, 2), random_tensor({3, 12}, f64, -1, 1, 3),
+       random_tensor({3}, f64, -1, 1, 4), random_tensor({3}, f64, -1, 1, 5)});
+}
+
+TEST(ScanGrad, GoBackwardsAndReduce) {
+  verify_grad(
+      [](std::vector<Var> v) {
+        Var back = scan([&](const std::vector<Var>& a) { return std::vector<Var>{a[1] * v[2] + a[0] * a[0]}; },
+                        {.sequences = {v[0]}, .outputs_info = {v[1]}, .go_backwards = true})
+                       .outputs[0];
+        Var last = reduce([&](const std::vector<Var>& a) { return std::vector<Var>{cos(a[1]) + a[0]}; }, {v[0]}, {v[1]}).outputs[0];
+        return back * last;
+      },
+      {random_tensor({5}, f64, -1, 1, 1), Tensor::scalar(0.5), Tensor::scalar(0.8)});
+}
+
+TEST(ScanGrad, UntilDifferentiatesTheStepsRun) {
+  verify_grad(
+      [](std::vector<Var> v) {
+        ScanResult r = scan(
+            [&](const std::vector<Var>& a) {
+              Var next = a[0] * v[1];
+              return std::vector<Var>{next, until(next > 10.0)};
+            },
+            {.outputs_info = {v[0]}, .n_steps = 50});
+        return r.outputs[0];
+      },
+      {Tensor::scalar(1.0), Tensor::scalar(1.5)});  // 1.5^6 = 11.4: six steps, away from the edge
+}
+
+TEST(ScanGrad, IntegerSequenceLooksUpRows) {
+  Var ids = vector("ids", i64);
+  verify_grad(
+      [&](std::vector<Var> v) {
+        ScanResult r = scan([&](const std::vector<Var>& a) { return std::vector<Var>{tanh(v[0][VarIndex(a[0])] + a[1])}; },
+                            {.sequences = {constant(Tensor::from(std::vector<int64_t>{2, 0, 2, 1}))}, .outputs_info = {v[1]}});
+        return r.outputs[0];
+      },
+      {random_tensor({3, 2}, f64, -1, 1, 1), random_tensor({2}, f64, -1, 1, 2)});
+}
+
+TEST(ScanGrad, NestedScan) {
+  verify_grad(
+      [](std::vector<Var> v) {
+        ScanResult r = scan(
+            [&](const std::vector<Var>& a) {
+              Var inner = reduce([&](const std::vector<Var>& b) { return std::vector<Var>{b[1] * v[1] + sin(b[0])}; }, {a[0]}, {a[1]})
+                              .outputs[0];
+              return std::vector<Var>{inner};
+            },
+            {.sequences = {v[0]}, .outputs_info = {constant(Tensor::scalar(0.1))}});
+        return r.outputs[0];
+      },
+      {random_tensor({3, 4}, f64, -1, 1, 1), Tensor::scalar(0.9)});
+}
+
+TEST(ScanGrad, TruncateGradientStopsAfterKStepsBack) {
+  Var x = vector("x", f64), s0 = scalar("s0", f64);
+  auto cumulative = [&](int64_t k) {
+    ScanResult r = scan([](const std::vector<Var>& a) { return std::vector<Var>{a[0] + a[1]}; },
+                        {.sequences = {x}, .outputs_info = {s0}, .truncate_gradient = k});
+    Var last = r.outputs[0][VarIndex(-1)];
+    return grad(last, {x, s0});
+  };
+  const std::vector<Tensor> at{f64_vector({1, 2, 3, 4, 5}), Tensor::scalar(0.0)};
+  std::vector<Tensor> g = eval({x, s0}, cumulative(2), at);
+  expect_values(g[0], {0, 0, 0, 1, 1});
+  expect_values(g[1], {0});
+  g = eval({x, s0}, cumulative(5), at);
+  expect_values(g[0], {1, 1, 1, 1, 1});
+  expect_values(g[1], {1});
+}
