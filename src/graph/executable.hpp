@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "graph/node.hpp"
+#include "graph/op.hpp"
 
 namespace kiln {
 
@@ -81,11 +82,6 @@ class Executable {
   // compiled body knows the shapes its steps compute, shape arithmetic included).
   virtual std::vector<Shape> infer_shapes(const Node& node, const std::vector<Shape>& inputs,
                                           const std::vector<const Tensor*>& values) const;
-};
-
-// A graph inside an op (a scan's body): its own inputs (placeholders) and its outputs.
-struct InnerGraph {
-  std::vector<Var> inputs, outputs;
 };
 
 // One run of an inner program, prepared for inputs of one set of shapes: its slots and memory are

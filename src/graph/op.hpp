@@ -14,6 +14,11 @@ namespace kiln {
 
 class Op;
 
+// A graph inside an op (a scan's body): its own inputs (placeholders) and its outputs.
+struct InnerGraph {
+  std::vector<Var> inputs, outputs;
+};
+
 // An op's parameters, written in order by Op::params. Two ops are equal when they are of one
 // class and write the same parameters: a fused composite writes its whole program, its wiring
 // and its dtypes, so ops that print alike are not merged unless they compute alike.
@@ -82,6 +87,9 @@ class Op {
   // out of range), which planning cannot rule out. The planner writes a shared variable in place
   // only after the last such op, so a call that fails leaves every shared variable as it was.
   virtual bool may_fail_on_values() const { return true; }
+
+  // The graph the op runs inside it (a scan's body), for printing; null for most ops.
+  virtual const InnerGraph* inner_graph() const { return nullptr; }
 
   // Writes every parameter that distinguishes this op from another of its class (never its name).
   virtual void params(OpParams& out) const = 0;

@@ -527,6 +527,16 @@ std::vector<Var> Scan::L_op(const Node& node, const std::vector<Var>& gouts) con
     cotangent[j] = placeholder(without_first(outputs[j].type()), "output" + std::to_string(j) + " gradient");
     sequence_inputs.push_back(cotangent[j]);
   }
+  // The values the steps computed, as the stacked outputs saved them: the gradient reads them
+  // there instead of computing them again (tanh's gradient reads tanh's value).
+  std::vector<Var> saved(loop.n_outputs());
+  for (size_t j = 0; j < loop.n_outputs(); ++j) {
+    if (!loop.body.outputs[j].get()->owner) continue;  // a body input or a constant handed on
+    back.sequence_taps.emplace_back();
+    outer.push_back(backwards(outputs[j], loop.lead_rows(j), {0}, back.sequence_taps.back()));
+    saved[j] = placeholder(without_first(outputs[j].type()), "output" + std::to_string(j) + "[t]");
+    sequence_inputs.push_back(saved[j]);
+  }
   // Fed-back outputs of the backward loop: per forward output, the cotangents pending for the
   // rows its taps reach back to (pending[j][r]: for the row r steps before the current one), then
   // per non-sequence its gradient so far.
@@ -565,7 +575,11 @@ std::vector<Var> Scan::L_op(const Node& node, const std::vector<Var>& gouts) con
     f.push_back(replayed[j]);
     eval_points.push_back(c);
   }
-  const std::vector<Var> d = Lop(f, wrt, eval_points, {.disconnected_inputs = DisconnectedInputs::zero});
+  std::vector<Var> d = Lop(f, wrt, eval_points, {.disconnected_inputs = DisconnectedInputs::zero});
+  std::unordered_map<const Variable*, Var> from_saved;
+  for (size_t j = 0; j < loop.n_outputs(); ++j)
+    if (saved[j].defined()) from_saved[replayed[j].get()] = saved[j];
+  d = rebuild(d, from_saved);
   std::unordered_map<const Variable*, Var> gradient_of;  // backward placeholder -> this step's gradient
   for (size_t w = 0; w < wrt.size(); ++w) gradient_of[wrt[w].get()] = d[w];
   auto step_gradient = [&](size_t body_input) { return gradient_of.at(replay.at(loop.body.inputs[body_input].get()).get()); };
