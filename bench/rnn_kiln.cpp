@@ -1,5 +1,5 @@
 // kiln's side of the recurrent benchmarks (bench/rnn.sh runs them beside LibTorch's):
-//   rnn_kiln train elman|lstm H   time steps per second of the training step (kiln_rnn.hpp)
+//   rnn_kiln train elman|lstm H [threads]   time steps per second of the training step (kiln_rnn.hpp)
 //   rnn_kiln overhead             nanoseconds per step of a scan whose body is one scalar addition
 //   rnn_kiln compile              seconds to compile scans of 1 000-node bodies, and a loop's
 //                                 compile time at 10 and 100 000 steps
@@ -93,9 +93,10 @@ void compile() {
 
 void report(const std::string& name, const Function& f, const std::vector<Shape>& shapes) {
   const MemoryReport r = f.memory_report(shapes);
-  std::printf("%-44s planned %10lld  naive %10lld  planned/naive %.3f  lower bound %10lld\n", name.c_str(),
+  std::printf("%-44s planned %10lld  naive %10lld  planned/naive %.3f  lower bound %10lld  results %10lld\n", name.c_str(),
               static_cast<long long>(r.planned_peak_bytes), static_cast<long long>(r.naive_bytes),
-              static_cast<double>(r.planned_peak_bytes) / static_cast<double>(r.naive_bytes), static_cast<long long>(r.lower_bound_bytes));
+              static_cast<double>(r.planned_peak_bytes) / static_cast<double>(r.naive_bytes), static_cast<long long>(r.lower_bound_bytes),
+              static_cast<long long>(r.result_bytes));
 }
 
 void memory() {
@@ -117,14 +118,15 @@ void memory() {
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (mode == "train" && argc == 4) {
-    set_num_threads(1);
+  if (mode == "train" && (argc == 4 || argc == 5)) {
+    const int threads = argc == 5 ? std::atoi(argv[4]) : 1;
+    set_num_threads(threads);
     std::printf("%.0f\n", train(argv[2], std::atoll(argv[3])));
     return 0;
   }
   if (mode == "overhead") return overhead(), 0;
   if (mode == "compile") return compile(), 0;
   if (mode == "memory") return memory(), 0;
-  std::fprintf(stderr, "usage: %s train elman|lstm H | overhead | compile | memory\n", argv[0]);
+  std::fprintf(stderr, "usage: %s train elman|lstm H [threads] | overhead | compile | memory\n", argv[0]);
   return 2;
 }

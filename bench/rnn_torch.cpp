@@ -54,11 +54,12 @@ double train(const std::string& cell, int64_t hidden) {
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (mode == "train" && argc == 4) {
-    torch::set_num_threads(1);
+  if (mode == "train" && (argc == 4 || argc == 5)) {
+    const int threads = argc == 5 ? std::atoi(argv[4]) : 1;
+    torch::set_num_threads(threads);
     std::printf("%.0f\n", train(argv[2], std::atoll(argv[3])));
     return 0;
   }
-  std::fprintf(stderr, "usage: %s train elman|lstm H\n", argv[0]);
+  std::fprintf(stderr, "usage: %s train elman|lstm H [threads]\n", argv[0]);
   return 2;
 }

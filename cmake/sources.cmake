@@ -34,6 +34,7 @@ set(KILN_SOURCES
   src/rewrite/constant_folding.cpp
   src/rewrite/canonicalize.cpp
   src/rewrite/stabilize.cpp
+  src/rewrite/scan.cpp
   src/rewrite/specialize.cpp
   src/rewrite/fusion.cpp
   src/compile/verify_grad.cpp

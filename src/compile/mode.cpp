@@ -4,7 +4,7 @@
 
 namespace kiln {
 
-Mode Mode::fast_run() { return Mode("fast_run", {"merge", "constant_folding", "canonicalize", "stabilize", "specialize", "constant_folding", "canonicalize", "merge", "fusion"}); }
+Mode Mode::fast_run() { return Mode("fast_run", {"merge", "constant_folding", "canonicalize", "scan", "stabilize", "specialize", "constant_folding", "canonicalize", "merge", "fusion"}); }
 Mode Mode::fast_compile() { return Mode("fast_compile", {"merge", "constant_folding"}); }
 Mode Mode::debug(DebugChecks checks) { return Mode("debug", fast_run().groups(), checks); }
 

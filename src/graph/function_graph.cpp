@@ -200,4 +200,28 @@ void FunctionGraph::replace(const Var& old_var, const Var& new_var, const std::s
 
 void FunctionGraph::prune() { dropped_.clear(); }
 
+std::vector<Var> rebuild(const std::vector<Var>& roots, std::unordered_map<const Variable*, Var> replace) {
+  auto mapped = [&](const Var& v) {
+    const auto it = replace.find(v.get());
+    return it == replace.end() ? v : it->second;
+  };
+  for (Node* n : topological_order(roots)) {
+    const bool replaced = std::any_of(n->outputs.begin(), n->outputs.end(), [&](const auto& o) { return replace.count(o.get()) > 0; });
+    if (replaced) continue;  // what replaces its outputs stands, whatever it reads
+    bool reads_replaced = false;
+    std::vector<Var> inputs;
+    for (const Var& in : n->inputs) {
+      inputs.push_back(mapped(in));
+      reads_replaced = reads_replaced || !inputs.back().same(in);
+    }
+    if (!reads_replaced) continue;
+    const std::vector<Var> outs = apply(n->op, inputs, n->loc);
+    for (size_t o = 0; o < outs.size(); ++o) replace[n->outputs[o].get()] = outs[o];
+  }
+  std::vector<Var> out;
+  for (const Var& r : roots) out.push_back(mapped(r));
+  return out;
+}
+
+
 }  // namespace kiln

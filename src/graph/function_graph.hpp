@@ -65,4 +65,8 @@ std::vector<Node*> topological_order(const std::vector<Var>& outputs, size_t siz
 // own graph (FunctionGraph clones the user's nodes).
 std::vector<Node*> topological_order_of_own(const std::vector<Var>& outputs, size_t size_hint = 0);
 
+// The graph that computes `roots`, with some variables replaced: the nodes that read a replaced
+// value, directly or not, are applied again; the others are kept.
+std::vector<Var> rebuild(const std::vector<Var>& roots, std::unordered_map<const Variable*, Var> replace);
+
 }  // namespace kiln

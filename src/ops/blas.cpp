@@ -160,6 +160,12 @@ template <class T>
 void small_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
                 int64_t ldb, T beta, T* c, int64_t ldc, T* scratch) {
   for_this_cpu([&] {
+    if (!ta && !tb && n == 1 && ldb == 1 && ldc == 1) {
+      // A matrix times a vector: dot products of A's rows with the vector, read once each (as
+      // the row vector times the matrix transposed: B's rows are A's).
+      gemm_dots<T, 1>(b, 0, m, k, alpha, a, lda, beta, c, ldc);
+      return;
+    }
     if (!tb) {
       bool panel_ready = false;
       int64_t i0 = 0;
@@ -212,11 +218,12 @@ constexpr int64_t kThreadedProduct = int64_t{1} << 18;
 // The threads a product of this size uses.
 int product_threads(int64_t m, int64_t n, int64_t k) { return m * n * k < kThreadedProduct ? 1 : omp_get_max_threads(); }
 
-// oneDNN's JIT gemm wins from two rows up; for a single row kiln's gemv streams the matrix once
-// and matches the best on one thread (bench/gemm.cpp, docs/performance.md). kiln's kernels get
+// oneDNN's JIT gemm wins from two rows and columns up; for a single row kiln's gemv streams the
+// matrix once, for a single column its dot products read each row once, and both match the best
+// on one thread (bench/gemm.cpp, docs/performance.md). kiln's kernels get
 // their scratch (gemm_scratch_bytes) exactly where oneDNN is not a candidate.
 bool use_onednn(DType dtype, int64_t m, int64_t n, int64_t k) {
-  return dtype == DType::f32 && m >= 2 && !(n <= kVector<float> && k <= kVector<float>);
+  return dtype == DType::f32 && m >= 2 && n >= 2 && !(n <= kVector<float> && k <= kVector<float>);
 }
 
 // The libraries that may run a product, the first being the one used when none is timed: oneDNN

@@ -435,29 +435,6 @@ void add_scan_kernels(KernelTable& table) {
 
 namespace {
 
-// The graph that computes `roots`, with some variables replaced: the nodes that read a replaced
-// value, directly or not, are applied again; the others are kept.
-std::vector<Var> rebuild(const std::vector<Var>& roots, std::unordered_map<const Variable*, Var> replace) {
-  auto mapped = [&](const Var& v) {
-    const auto it = replace.find(v.get());
-    return it == replace.end() ? v : it->second;
-  };
-  for (Node* n : topological_order(roots)) {
-    bool reads_replaced = false;
-    std::vector<Var> inputs;
-    for (const Var& in : n->inputs) {
-      inputs.push_back(mapped(in));
-      reads_replaced = reads_replaced || !inputs.back().same(in);
-    }
-    if (!reads_replaced) continue;
-    const std::vector<Var> outs = apply(n->op, inputs, n->loc);
-    for (size_t o = 0; o < outs.size(); ++o) replace[n->outputs[o].get()] = outs[o];
-  }
-  std::vector<Var> out;
-  for (const Var& r : roots) out.push_back(mapped(r));
-  return out;
-}
-
 Var placeholder(const Type& type, const std::string& name) { return tensor(type.dtype, type.broadcastable, name); }
 
 Var index_constant(int64_t i) { return constant(Tensor::scalar(i)); }
@@ -718,9 +695,8 @@ struct Built {
   Loc loc;
 
   Var steps(size_t j) const {
-    if (!count.defined() && lead[j] == 0) return stacked[j];
-    const Var rows = count.defined() ? count : shape_of(stacked[j], loc)[0] - lead[j];
-    return row_range(stacked[j], constant(Tensor::scalar(lead[j])), rows, loc);
+    if (count.defined()) return row_range(stacked[j], constant(Tensor::scalar(lead[j])), count, loc);
+    return lead[j] == 0 ? stacked[j] : slice(stacked[j], 0, lead[j], std::nullopt, 1, loc);
   }
   // The value after the last step (the initial value after none).
   Var final_value(size_t j) const {

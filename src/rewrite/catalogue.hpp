@@ -10,5 +10,6 @@ RewriteGroup canonicalize_group();
 RewriteGroup stabilize_group();
 RewriteGroup specialize_group();
 RewriteGroup fusion_group();
+RewriteGroup scan_group();
 
 }  // namespace kiln

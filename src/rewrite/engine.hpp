@@ -39,7 +39,7 @@ struct RewriteGroup {
 // report.
 void apply_group(FunctionGraph& graph, const RewriteGroup& group, CompileReport& report, int max_passes = 50);
 
-// The catalogue: merge, constant_folding, canonicalize, stabilize, specialize, fusion, and any
+// The catalogue: merge, constant_folding, canonicalize, scan, stabilize, specialize, fusion, and any
 // group registered with register_rewrite_group.
 const RewriteGroup& rewrite_group(const std::string& name);
 // Adds a group under its name (replacing one of that name), for modes to name.

@@ -1,0 +1,693 @@
+// scan: rewrites of loops. They change how a scan is wired (what its body computes per step, what
+// runs once before or after it, how many rows it keeps), never what it computes: remove unused
+// outputs and inputs, keep only the rows that are read (save memory), push out of the body what
+// does not depend on the step (invariants), what depends only on the sequences (one batched
+// computation before the loop) and sums accumulated over the steps (one reduction after it), merge
+// loops over the same steps, and replace a loop of one step by its body.
+#include <algorithm>
+#include <unordered_set>
+
+#include "kiln/ops.hpp"
+#include "ops/blas.hpp"
+#include "ops/elemwise.hpp"
+#include "ops/patterns.hpp"
+#include "ops/scan.hpp"
+#include "ops/shape.hpp"
+#include "ops/subtensor.hpp"
+#include "rewrite/catalogue.hpp"
+
+namespace kiln {
+
+namespace {
+
+// A scan node taken apart, so that a rewrite changes its wiring and assembles a new node.
+struct Parts {
+  struct Sequence {
+    Var outer;
+    std::vector<int> taps;
+    std::vector<Var> inputs;  // the body's input per tap
+  };
+  struct Output {
+    std::vector<int> taps;  // empty: not fed back
+    std::vector<Var> inputs;
+    Var initial, step;
+    int64_t keep = 0;
+    int from = -1;  // the old node's output it replaces; -1: new
+  };
+  struct NonSequence {
+    Var outer, input;
+  };
+  Var n_steps;
+  bool steps_from_sequences = false;
+  Var until;
+  int64_t truncate_gradient = -1;
+  std::vector<Sequence> sequences;
+  std::vector<Output> outputs;
+  std::vector<NonSequence> non_sequences;
+  Loc loc;
+
+  int first_tap(size_t i) const { return *std::min_element(sequences[i].taps.begin(), sequences[i].taps.end()); }
+  int64_t spread(size_t i) const { return *std::max_element(sequences[i].taps.begin(), sequences[i].taps.end()) - first_tap(i); }
+  std::vector<Var> roots() const {
+    std::vector<Var> r;
+    for (const Output& o : outputs) r.push_back(o.step);
+    if (until.defined()) r.push_back(until);
+    return r;
+  }
+  // The number of steps, as a value of the outer graph.
+  Var steps() const {
+    if (!steps_from_sequences) return n_steps;
+    Var n;
+    for (size_t i = 0; i < sequences.size(); ++i) {
+      const Var rows = shape_of(sequences[i].outer, loc)[0] - spread(i);
+      n = n.defined() ? minimum(n, rows, loc) : rows;
+    }
+    return n;
+  }
+  // The rows sequence i's input at tap k reads over the whole loop, one per step.
+  Var rows_read(size_t i, size_t k) const {
+    const Var start = constant(Tensor::scalar(int64_t{sequences[i].taps[k] - first_tap(i)}));
+    return row_range(sequences[i].outer, start, steps(), loc);
+  }
+  // Replaces values the body computes (inputs of the body stay).
+  void rebuild_body(const std::unordered_map<const Variable*, Var>& replace) {
+    std::vector<Var> r = rebuild(roots(), replace);
+    for (size_t j = 0; j < outputs.size(); ++j) outputs[j].step = r[j];
+    if (until.defined()) until = r.back();
+  }
+};
+
+const Scan& scan_op(const Node& node) { return static_cast<const Scan&>(*node.op); }
+
+Parts decompose(const Node& node) {
+  const ScanLoop& loop = scan_op(node).loop();
+  Parts p;
+  p.n_steps = node.inputs[0];
+  p.steps_from_sequences = loop.steps_from_sequences;
+  p.truncate_gradient = loop.truncate_gradient;
+  p.loc = node.loc;
+  size_t outer = 1, inner = 0;
+  auto body_inputs = [&](size_t count) {
+    std::vector<Var> v(loop.body.inputs.begin() + static_cast<int64_t>(inner), loop.body.inputs.begin() + static_cast<int64_t>(inner + count));
+    inner += count;
+    return v;
+  };
+  for (size_t i = 0; i < loop.n_sequences(); ++i) {
+    const Var& seq = node.inputs[outer++];
+    p.sequences.push_back({seq, loop.sequence_taps[i], body_inputs(loop.sequence_taps[i].size())});
+  }
+  for (size_t j = 0; j < loop.n_outputs(); ++j) {
+    Parts::Output o{loop.output_taps[j], body_inputs(loop.output_taps[j].size()), Var(), loop.body.outputs[j], loop.keep[j], static_cast<int>(j)};
+    if (!o.taps.empty()) o.initial = node.inputs[outer++];
+    p.outputs.push_back(std::move(o));
+  }
+  for (size_t m = 0; m < loop.n_non_sequences; ++m) p.non_sequences.push_back({node.inputs[outer++], loop.body.inputs[inner++]});
+  if (loop.has_until) p.until = loop.body.outputs.back();
+  return p;
+}
+
+// The new node's stacked outputs (one per Parts output) and, with until, its step count.
+struct Assembled {
+  std::vector<Var> stacked;
+  Var count;
+};
+
+Assembled assemble(const Parts& p) {
+  ScanLoop loop;
+  std::vector<Var> outer{p.n_steps};
+  for (const auto& s : p.sequences) {
+    outer.push_back(s.outer);
+    loop.sequence_taps.push_back(s.taps);
+    loop.body.inputs.insert(loop.body.inputs.end(), s.inputs.begin(), s.inputs.end());
+  }
+  for (const auto& o : p.outputs) {
+    loop.output_taps.push_back(o.taps);
+    loop.keep.push_back(o.keep);
+    loop.body.inputs.insert(loop.body.inputs.end(), o.inputs.begin(), o.inputs.end());
+    loop.body.outputs.push_back(o.step);
+    if (!o.taps.empty()) outer.push_back(o.initial);
+  }
+  for (const auto& m : p.non_sequences) {
+    outer.push_back(m.outer);
+    loop.body.inputs.push_back(m.input);
+  }
+  if (p.until.defined()) loop.body.outputs.push_back(p.until);
+  loop.n_non_sequences = p.non_sequences.size();
+  loop.steps_from_sequences = p.steps_from_sequences;
+  loop.has_until = p.until.defined();
+  loop.truncate_gradient = p.truncate_gradient;
+  Assembled a;
+  a.stacked = apply(std::make_shared<Scan>(std::move(loop)), outer, p.loc);
+  if (p.until.defined()) {
+    a.count = a.stacked.back();
+    a.stacked.pop_back();
+  }
+  return a;
+}
+
+// The replacements of the old node's outputs by the new node's.
+std::vector<Var> replacements(const Node& node, const Parts& p, const Assembled& a) {
+  std::vector<Var> r(node.outputs.size());
+  for (size_t j = 0; j < p.outputs.size(); ++j)
+    if (p.outputs[j].from >= 0) r[static_cast<size_t>(p.outputs[j].from)] = a.stacked[j];
+  if (a.count.defined()) r.back() = a.count;
+  return r;
+}
+
+std::vector<Var> reassemble(const Node& node, const Parts& p) { return replacements(node, p, assemble(p)); }
+
+// The body's values its roots read, the roots included.
+std::unordered_set<const Variable*> values_read(const std::vector<Var>& roots) {
+  std::unordered_set<const Variable*> read;
+  for (const Var& r : roots) read.insert(r.get());
+  for (Node* n : topological_order(roots))
+    for (const Var& in : n->inputs) read.insert(in.get());
+  return read;
+}
+
+// The body's nodes whose values (not only their shapes) the roots read: the body program computes
+// a value read only for its shape from the shapes of its inputs, so moving it out of the loop would
+// add work.
+std::unordered_set<const Node*> value_nodes(const std::vector<Var>& roots) {
+  std::unordered_set<const Node*> used;
+  std::vector<const Node*> stack;
+  auto reach = [&](const Var& v) {
+    const Node* n = v.get()->owner;
+    if (n && used.insert(n).second) stack.push_back(n);
+  };
+  for (const Var& r : roots) reach(r);
+  while (!stack.empty()) {
+    const Node* n = stack.back();
+    stack.pop_back();
+    if (dynamic_cast<const ShapeOf*>(n->op.get())) continue;
+    for (const Var& in : n->inputs) reach(in);
+  }
+  return used;
+}
+
+// What a body value depends on: nothing that changes between steps, the sequences' rows only, or
+// values fed back.
+enum class Dependence { invariant, sequences, recurrent };
+
+struct BodyAnalysis {
+  std::unordered_map<const Variable*, Dependence> of;
+  std::unordered_map<const Variable*, Var> non_sequence_outer;  // a non-sequence's input -> its outer value
+  std::unordered_map<const Variable*, std::pair<size_t, size_t>> sequence_tap;  // an input -> (sequence, tap)
+
+  explicit BodyAnalysis(const Parts& p) {
+    for (size_t i = 0; i < p.sequences.size(); ++i)
+      for (size_t k = 0; k < p.sequences[i].inputs.size(); ++k) {
+        of[p.sequences[i].inputs[k].get()] = Dependence::sequences;
+        sequence_tap[p.sequences[i].inputs[k].get()] = {i, k};
+      }
+    for (const auto& o : p.outputs)
+      for (const Var& in : o.inputs) of[in.get()] = Dependence::recurrent;
+    for (const auto& m : p.non_sequences) {
+      of[m.input.get()] = Dependence::invariant;
+      non_sequence_outer[m.input.get()] = m.outer;
+    }
+    for (Node* n : topological_order(p.roots())) {
+      Dependence d = Dependence::invariant;
+      for (const Var& in : n->inputs) d = std::max(d, dependence(in));
+      for (const auto& o : n->outputs) of[o.get()] = d;
+    }
+  }
+  Dependence dependence(const Var& v) const { return dependence(v.get()); }
+  Dependence dependence(const Variable* v) const {
+    const auto it = of.find(v);
+    return it == of.end() ? Dependence::invariant : it->second;  // constants
+  }
+  bool is_non_sequence(const Var& v) const { return non_sequence_outer.count(v.get()) > 0; }
+};
+
+// The body's readers of each value, among the nodes given.
+std::unordered_map<const Variable*, std::vector<const Node*>> readers(const std::vector<Node*>& nodes) {
+  std::unordered_map<const Variable*, std::vector<const Node*>> r;
+  for (const Node* n : nodes)
+    for (const Var& in : n->inputs) r[in.get()].push_back(n);
+  return r;
+}
+
+// The body's values that decide a shape: they stay in the body, whose shapes must be known from
+// its inputs' shapes alone.
+std::unordered_set<const Variable*> shape_deciding(const std::vector<Node*>& nodes) {
+  std::unordered_set<const Variable*> values;
+  for (const Node* n : nodes)
+    for (int i : n->op->needs_input_values()) values.insert(n->inputs[static_cast<size_t>(i)].get());
+  return values;
+}
+
+bool is_root(const Parts& p, const Var& v) {
+  for (const Var& r : p.roots())
+    if (r.same(v)) return true;
+  return false;
+}
+
+// ---- remove unused outputs and inputs ----
+
+std::vector<Var> remove_unused(FunctionGraph& graph, Node& node) {
+  Parts p = decompose(node);
+  std::vector<bool> needed(p.outputs.size());
+  for (size_t j = 0; j < p.outputs.size(); ++j) needed[j] = !graph.clients(node.outputs[j].get()).empty();
+  std::unordered_set<const Variable*> read;
+  for (bool grew = true; grew;) {  // an output a needed step reads through its taps is needed
+    std::vector<Var> roots;
+    for (size_t j = 0; j < p.outputs.size(); ++j)
+      if (needed[j]) roots.push_back(p.outputs[j].step);
+    if (p.until.defined()) roots.push_back(p.until);
+    read = values_read(roots);
+    grew = false;
+    for (size_t j = 0; j < p.outputs.size(); ++j)
+      for (const Var& in : p.outputs[j].inputs)
+        if (!needed[j] && read.count(in.get())) needed[j] = grew = true;
+  }
+  auto is_read = [&](const std::vector<Var>& inputs) {
+    return std::any_of(inputs.begin(), inputs.end(), [&](const Var& v) { return read.count(v.get()) > 0; });
+  };
+  const Var steps = p.steps();
+  Parts kept = p;
+  kept.outputs.clear();
+  kept.sequences.clear();
+  kept.non_sequences.clear();
+  for (size_t j = 0; j < p.outputs.size(); ++j)
+    if (needed[j]) kept.outputs.push_back(p.outputs[j]);
+  for (const auto& s : p.sequences)
+    if (is_read(s.inputs)) kept.sequences.push_back(s);
+  for (const auto& m : p.non_sequences)
+    if (read.count(m.input.get())) kept.non_sequences.push_back(m);
+  if (kept.outputs.size() == p.outputs.size() && kept.sequences.size() == p.sequences.size() &&
+      kept.non_sequences.size() == p.non_sequences.size())
+    return {};
+  if (kept.outputs.empty() && !kept.until.defined()) return {};  // nothing read: the node is dead already
+  if (p.steps_from_sequences && kept.sequences.size() < p.sequences.size()) {
+    kept.n_steps = steps;  // the sequences dropped may have decided the count
+    kept.steps_from_sequences = false;
+  }
+  return reassemble(node, kept);
+}
+
+// ---- save memory: keep only the rows read after the loop ----
+
+// -k when x reads the stacked output's k-th row from the end (x[-k], more indices after it allowed).
+std::optional<int64_t> row_from_end(const Node* reader) {
+  const auto* sub = reader ? dynamic_cast<const Subtensor*>(reader->op.get()) : nullptr;
+  if (!sub || !sub->entries()[0].is_integer || sub->entries()[0].index >= 0) return std::nullopt;
+  return -sub->entries()[0].index;
+}
+
+// True when reader is x[lead:], the steps' rows of an output with lead initial rows.
+bool reads_steps(const Node* reader, int64_t lead) {
+  const auto* sub = reader ? dynamic_cast<const Subtensor*>(reader->op.get()) : nullptr;
+  return sub && sub->entries().size() == 1 && sub->entries()[0] == IndexEntry{false, 0, lead, std::nullopt, 1};
+}
+
+std::vector<Var> save_memory(FunctionGraph& graph, Node& node) {
+  Parts p = decompose(node);
+  if (p.until.defined()) return {};  // a loop that stops early hands back its rows by count
+  std::vector<std::pair<size_t, Node*>> steps_readers;  // (output, x[lead:]) to read the ring instead
+  bool changed = false;
+  for (size_t j = 0; j < p.outputs.size(); ++j) {
+    Parts::Output& o = p.outputs[j];
+    if (o.keep > 0) continue;
+    const int64_t lead = o.taps.empty() ? 0 : -*std::min_element(o.taps.begin(), o.taps.end());
+    int64_t last = 0;  // the most rows from the end a reader reads
+    bool only_last_rows = true;
+    std::vector<std::pair<size_t, Node*>> found;
+    for (const auto& [client, position] : graph.clients(node.outputs[j].get())) {
+      if (const auto k = row_from_end(client)) {
+        last = std::max(last, *k);
+      } else if (lead > 0 && reads_steps(client, lead)) {
+        for (const auto& [reader, at] : graph.clients(client->outputs[0].get())) {
+          const auto k = row_from_end(reader);
+          only_last_rows = only_last_rows && k;
+          if (k) last = std::max(last, *k);
+        }
+        found.push_back({j, client});
+      } else {
+        only_last_rows = false;
+      }
+      if (!only_last_rows) break;
+    }
+    if (!only_last_rows) continue;
+    o.keep = std::max(last, lead + 1);  // a step reads rows up to `lead` back while writing its own
+    steps_readers.insert(steps_readers.end(), found.begin(), found.end());
+    changed = true;
+  }
+  if (!changed) return {};
+  const Assembled a = assemble(p);
+  // The steps' rows in a ring of R rows after n steps: its last min(n, R), so that reading more
+  // rows from the end than there were steps fails as it did before.
+  for (const auto& [j, reader] : steps_readers) {
+    const Var ring = a.stacked[j];
+    const Var rows = shape_of(ring, node.loc)[0];
+    const Var written = minimum(p.steps(), rows, node.loc);
+    const Var steps = row_range(ring, rows - written, written, node.loc);
+    graph.replace(reader->output(0), steps, "scan_save_memory");
+  }
+  return replacements(node, p, a);
+}
+
+// ---- push out invariants ----
+
+std::vector<Var> push_out_invariants(FunctionGraph&, Node& node) {
+  Parts p = decompose(node);
+  const BodyAnalysis body(p);
+  const std::vector<Node*> order = topological_order(p.roots());
+  const std::unordered_set<const Node*> valued = value_nodes(p.roots());
+  const auto read_by = readers(order);
+  // An invariant value that reads a non-sequence, read by a value that changes per step or by the loop.
+  auto reads_non_sequence = [&](const Node* n) {
+    return std::any_of(n->inputs.begin(), n->inputs.end(), [&](const Var& in) { return body.dependence(in) == Dependence::invariant && !in.get()->constant; });
+  };
+  const std::unordered_set<const Variable*> decides_shape = shape_deciding(order);
+  std::vector<Var> hoisted;
+  for (Node* n : order) {
+    if (!valued.count(n) || body.dependence(n->output(0)) != Dependence::invariant || !reads_non_sequence(n)) continue;
+    for (size_t o = 0; o < n->outputs.size(); ++o) {
+      const Var v = n->output(o);
+      bool frontier = is_root(p, v);
+      if (auto it = read_by.find(v.get()); it != read_by.end())
+        for (const Node* r : it->second) frontier = frontier || (body.dependence(r->outputs[0].get()) != Dependence::invariant);
+      if (frontier && !decides_shape.count(v.get())) hoisted.push_back(v);
+    }
+  }
+  if (hoisted.empty()) return {};
+  std::unordered_map<const Variable*, Var> outer_of;
+  for (const auto& m : p.non_sequences) outer_of[m.input.get()] = m.outer;
+  const std::vector<Var> outer = rebuild(hoisted, outer_of);
+  std::unordered_map<const Variable*, Var> inside;
+  for (size_t h = 0; h < hoisted.size(); ++h) {
+    const Var input = tensor(hoisted[h].dtype(), hoisted[h].type().broadcastable, hoisted[h].get()->label());
+    inside[hoisted[h].get()] = input;
+    p.non_sequences.push_back({outer[h], input});
+  }
+  p.rebuild_body(inside);
+  return reassemble(node, p);
+}
+
+// ---- push out sequence work ----
+
+// The computation over every step at once of a body node that reads only sequence rows (batched)
+// and non-sequences or constants; undefined when it has no batched form here.
+Var batched_node(const Node& n, const BodyAnalysis& body, const std::unordered_map<const Variable*, Var>& batched) {
+  std::vector<Var> in;
+  for (const Var& v : n.inputs) {
+    if (auto it = batched.find(v.get()); it != batched.end()) in.push_back(it->second);
+    else if (body.is_non_sequence(v)) in.push_back(body.non_sequence_outer.at(v.get()));
+    else if (v.get()->constant) in.push_back(v);
+    else return Var();  // an invariant computed in the body: pushed out as an invariant first
+  }
+  auto is_batched = [&](size_t i) { return batched.count(n.inputs[i].get()) > 0; };
+  if (n.outputs.size() != 1) return Var();
+  if (dynamic_cast<const Elemwise*>(n.op.get())) {
+    for (size_t i = 0; i < in.size(); ++i) {
+      if (is_batched(i)) continue;
+      std::vector<int64_t> pattern{-1};
+      for (int64_t d = 0; d < n.inputs[i].ndim(); ++d) pattern.push_back(d);
+      in[i] = dimshuffle(in[i], pattern, n.loc);
+    }
+    return apply1(n.op, in, n.loc);
+  }
+  if (const auto* ds = dynamic_cast<const DimShuffle*>(n.op.get())) {
+    if (body.sequence_tap.count(n.inputs[0].get())) return Var();  // a view of the sequence: nothing to gain
+    std::vector<int64_t> pattern{0};
+    for (int64_t d : ds->pattern()) pattern.push_back(d < 0 ? d : d + 1);
+    return dimshuffle(in[0], pattern, n.loc);
+  }
+  if (dynamic_cast<const Dot*>(n.op.get())) {
+    const int64_t a = n.inputs[0].ndim(), b = n.inputs[1].ndim();
+    if (is_batched(0) && !is_batched(1) && a == 1 && b == 2) return dot(in[0], in[1], n.loc);
+    if (!is_batched(0) && is_batched(1) && a == 2 && b == 1) return dot(in[1], transpose(in[0], n.loc), n.loc);
+    return Var();
+  }
+  if (const auto* take_op = dynamic_cast<const Take*>(n.op.get()))
+    if (take_op->axis() == 0 && !is_batched(0) && is_batched(1)) return apply1(n.op, in, n.loc);
+  return Var();
+}
+
+std::vector<Var> push_out_sequence_work(FunctionGraph&, Node& node) {
+  Parts p = decompose(node);
+  if (p.until.defined() || p.sequences.empty()) return {};  // a loop that may stop early would compute rows it never reads
+  const BodyAnalysis body(p);
+  const std::vector<Node*> order = topological_order(p.roots());
+  const std::unordered_set<const Node*> valued = value_nodes(p.roots());
+  std::unordered_map<const Variable*, Var> batched;
+  for (const auto& [input, at] : body.sequence_tap) batched[input] = p.rows_read(at.first, at.second);
+  std::vector<Node*> pushed;
+  for (Node* n : order) {
+    if (!valued.count(n) || body.dependence(n->output(0)) != Dependence::sequences) continue;
+    const Var b = batched_node(*n, body, batched);
+    if (!b.defined()) continue;
+    batched[n->outputs[0].get()] = b;
+    pushed.push_back(n);
+  }
+  // The pushed values the body still reads become sequences of their own.
+  std::unordered_set<const Node*> is_pushed(pushed.begin(), pushed.end());
+  const std::unordered_set<const Variable*> decides_shape = shape_deciding(order);
+  const auto read_by = readers(order);
+  std::unordered_map<const Variable*, Var> inside;
+  for (Node* n : pushed) {
+    const Var v = n->output(0);
+    bool frontier = is_root(p, v);
+    if (auto it = read_by.find(v.get()); it != read_by.end())
+      for (const Node* r : it->second) frontier = frontier || (valued.count(r) && !is_pushed.count(r));
+    if (!frontier || decides_shape.count(v.get())) continue;
+    const Var input = tensor(v.dtype(), v.type().broadcastable, v.get()->label() + "[t]");
+    inside[v.get()] = input;
+    p.sequences.push_back({batched.at(v.get()), {0}, {input}});
+  }
+  if (inside.empty()) return {};
+  p.rebuild_body(inside);
+  return reassemble(node, p);
+}
+
+// ---- push out accumulation ----
+
+// x when v is fill(x, 0) (zeros shaped like x), in the outer graph or in the body (x a
+// non-sequence), or a non-sequence that is such zeros outside; x outside the loop.
+Var zeros_shaped_like(const Var& v, const BodyAnalysis& body) {
+  if (auto it = body.non_sequence_outer.find(v.get()); it != body.non_sequence_outer.end()) return zeros_shaped_like(it->second, body);
+  const Node* n = pattern::node_of(v);
+  const auto* fill = n ? dynamic_cast<const Elemwise*>(n->op.get()) : nullptr;
+  if (!fill || fill->scalar_op() != ScalarOp::fill || !pattern::is_scalar_constant(n->inputs[1], 0.0)) return Var();
+  const Var& x = n->inputs[0];
+  if (auto it = body.non_sequence_outer.find(x.get()); it != body.non_sequence_outer.end()) return it->second;
+  return x;
+}
+
+// The final value of an output accumulated as G + e per step, computed after the loop from the
+// stacked e (or the stacked values e is made of); undefined when there is no such form here.
+// `stacked` gives the value a body value takes at every step.
+Var accumulated(const Var& initial, const Var& e, const BodyAnalysis& body, const std::function<Var(const Var&)>& stacked, const Loc& loc) {
+  const Node* n = e.get()->owner;
+  if (n) {
+    // inc_take(zeros shaped like x, v, i), the initial value zeros shaped like x too
+    const auto* inc = dynamic_cast<const TakeInc*>(n->op.get());
+    const Var like = inc ? zeros_shaped_like(n->inputs[0], body) : Var();
+    const Var initial_like = zeros_shaped_like(initial, body);
+    if (inc && !inc->set() && inc->axis() == 0 && like.defined() && initial_like.defined() && like.same(initial_like)) {
+      const Var v = stacked(n->inputs[1]), i = stacked(n->inputs[2]);
+      if (!v.defined() || !i.defined()) return Var();
+      return apply1(n->op, {initial, v, i}, loc);
+    }
+    // the outer product dot(a[:, None], b[None, :]) of two vectors
+    if (dynamic_cast<const Dot*>(n->op.get())) {
+      const auto* left = pattern::op_of<DimShuffle>(n->inputs[0]);
+      const auto* right = pattern::op_of<DimShuffle>(n->inputs[1]);
+      if (left && right && left->pattern() == std::vector<int64_t>{0, -1} && right->pattern() == std::vector<int64_t>{-1, 0}) {
+        const Var a = stacked(pattern::node_of(n->inputs[0])->inputs[0]), b = stacked(pattern::node_of(n->inputs[1])->inputs[0]);
+        if (!a.defined() || !b.defined()) return Var();
+        return initial + dot(transpose(a, loc), b, loc);
+      }
+    }
+  }
+  if (e.ndim() <= 1) {
+    const Var all = stacked(e);
+    if (all.defined()) return initial + sum(all, {0}, false, loc);
+  }
+  return Var();
+}
+
+std::vector<Var> push_out_accumulation(FunctionGraph& graph, Node& node) {
+  Parts p = decompose(node);
+  if (p.until.defined()) return {};
+  const BodyAnalysis body(p);
+  struct Accumulation {
+    size_t output;
+    std::vector<Node*> final_readers;  // x[-1] of the stacked output
+    Var e;
+  };
+  std::vector<Accumulation> found;
+  for (size_t j = 0; j < p.outputs.size(); ++j) {
+    const Parts::Output& o = p.outputs[j];
+    if (o.taps != std::vector<int>{-1}) continue;
+    const Var& g = o.inputs[0];
+    auto terms = pattern::match(o.step, ScalarOp::add);
+    if (!terms || terms->size() != 2) continue;
+    const int at = (*terms)[0].same(g) ? 0 : (*terms)[1].same(g) ? 1 : -1;
+    if (at < 0) continue;
+    const Var e = (*terms)[static_cast<size_t>(1 - at)];
+    // g is read only by that sum
+    std::vector<Var> others{e};
+    for (size_t k = 0; k < p.outputs.size(); ++k)
+      if (k != j) others.push_back(p.outputs[k].step);
+    if (values_read(others).count(g.get())) continue;
+    Accumulation a{j, {}, e};
+    bool only_final = true;
+    for (const auto& [client, position] : graph.clients(node.outputs[j].get())) {
+      const auto* sub = client ? dynamic_cast<const Subtensor*>(client->op.get()) : nullptr;
+      only_final = only_final && sub && sub->entries().size() == 1 && sub->entries()[0] == IndexEntry{true, -1, {}, {}, 1};
+      if (!only_final) break;
+      a.final_readers.push_back(client);
+    }
+    if (only_final && !a.final_readers.empty()) found.push_back(a);
+  }
+  if (found.empty()) return {};
+
+  // Values stacked over the steps: rows of a sequence, or new outputs of the loop (not fed back).
+  Parts out = p;
+  std::unordered_map<const Variable*, size_t> new_output;
+  std::vector<std::pair<const Variable*, Var>> pending;  // body value -> placeholder until assembled
+  auto stacked = [&](const Var& v) -> Var {
+    if (auto it = body.sequence_tap.find(v.get()); it != body.sequence_tap.end()) return p.rows_read(it->second.first, it->second.second);
+    if (body.dependence(v) == Dependence::invariant) return Var();
+    if (auto it = new_output.find(v.get()); it != new_output.end()) return pending[it->second].second;
+    new_output[v.get()] = pending.size();
+    const Var slot = tensor(v.dtype(), std::vector<bool>(static_cast<size_t>(v.ndim()) + 1, false), "stacked");
+    pending.push_back({v.get(), slot});
+    out.outputs.push_back({{}, {}, Var(), v, 0, -1});
+    return slot;
+  };
+  std::vector<std::pair<const Accumulation*, Var>> finals;
+  for (const Accumulation& a : found) {
+    const Var f = accumulated(p.outputs[a.output].initial, a.e, body, stacked, node.loc);
+    if (f.defined()) finals.push_back({&a, f});
+  }
+  if (finals.empty()) return {};
+  std::vector<size_t> removed;
+  for (const auto& [a, f] : finals) removed.push_back(a->output);
+  std::vector<Parts::Output> outputs;
+  for (size_t j = 0; j < out.outputs.size(); ++j)
+    if (std::find(removed.begin(), removed.end(), j) == removed.end()) outputs.push_back(out.outputs[j]);
+  out.outputs = outputs;
+  const Assembled assembled = assemble(out);
+  std::unordered_map<const Variable*, Var> placed;
+  for (size_t j = 0; j < out.outputs.size(); ++j)
+    if (out.outputs[j].from < 0)
+      for (const auto& [value, slot] : pending)
+        if (out.outputs[j].step.get() == value) placed[slot.get()] = assembled.stacked[j];
+  for (const auto& [a, f] : finals) {
+    const Var final_value = rebuild({f}, placed)[0];
+    for (Node* reader : a->final_readers) {
+      const Var old = reader->output(0);
+      if (final_value.dtype() != old.dtype() || final_value.ndim() != old.ndim()) return {};
+    }
+  }
+  for (const auto& [a, f] : finals) {
+    const Var final_value = rebuild({f}, placed)[0];
+    for (Node* reader : a->final_readers) graph.replace(reader->output(0), final_value, "scan_push_out_accumulation");
+  }
+  return replacements(node, out, assembled);
+}
+
+// ---- a loop of one step is its body ----
+
+std::vector<Var> inline_single_step(FunctionGraph&, Node& node) {
+  const Parts p = decompose(node);
+  if (p.steps_from_sequences || p.until.defined() || !pattern::is_scalar_constant(p.n_steps, 1.0)) return {};
+  const Loc& loc = node.loc;
+  std::unordered_map<const Variable*, Var> outer;
+  for (size_t i = 0; i < p.sequences.size(); ++i)
+    for (size_t k = 0; k < p.sequences[i].taps.size(); ++k)
+      outer[p.sequences[i].inputs[k].get()] = p.sequences[i].outer[VarIndex(int64_t{p.sequences[i].taps[k] - p.first_tap(i)}, loc)];
+  for (const auto& o : p.outputs) {
+    const bool initial_is_value = o.taps.size() == 1 && o.taps[0] == -1;
+    for (size_t k = 0; k < o.taps.size(); ++k)
+      outer[o.inputs[k].get()] = initial_is_value ? o.initial : o.initial[VarIndex(int64_t{o.taps[k]}, loc)];
+  }
+  for (const auto& m : p.non_sequences) outer[m.input.get()] = m.outer;
+  const std::vector<Var> values = rebuild(p.roots(), outer);
+  std::vector<Var> r;
+  for (size_t j = 0; j < p.outputs.size(); ++j) {
+    const auto& o = p.outputs[j];
+    std::vector<int64_t> pattern{-1};
+    for (int64_t d = 0; d < values[j].ndim(); ++d) pattern.push_back(d);
+    Var rows = dimshuffle(values[j], pattern, loc);
+    if (!o.taps.empty()) {
+      const int64_t lead = -*std::min_element(o.taps.begin(), o.taps.end());
+      const bool initial_is_value = o.taps.size() == 1 && o.taps[0] == -1;
+      const Var before = initial_is_value ? dimshuffle(o.initial, pattern, loc) : slice(o.initial, 0, -lead, std::nullopt, 1, loc);
+      rows = concatenate({before, cast(rows, before.dtype(), loc)}, 0, loc);
+    }
+    if (o.keep > 0) rows = slice(rows, 0, -o.keep, std::nullopt, 1, loc);
+    r.push_back(rows);
+  }
+  return r;
+}
+
+// ---- merge loops over the same steps ----
+
+// What decides the number of steps: n_steps, or the sequences' rows less their taps' spread.
+std::vector<std::pair<const Variable*, int64_t>> steps_key(const Parts& p) {
+  if (!p.steps_from_sequences) return {{p.n_steps.get(), -1}};
+  std::vector<std::pair<const Variable*, int64_t>> key;
+  for (size_t i = 0; i < p.sequences.size(); ++i) key.push_back({p.sequences[i].outer.get(), p.spread(i)});
+  std::sort(key.begin(), key.end());
+  key.erase(std::unique(key.begin(), key.end()), key.end());
+  return key;
+}
+
+bool depends_on(const Node& reader, const Node& node) {
+  for (Node* n : topological_order(reader.inputs))
+    if (n == &node) return true;
+  return false;
+}
+
+std::vector<Var> merge_loops(FunctionGraph& graph, Node& node) {
+  const Parts p = decompose(node);
+  if (p.until.defined()) return {};
+  const auto key = steps_key(p);
+  const auto same_steps = [&](const Parts& q) {
+    if (q.until.defined() || q.truncate_gradient != p.truncate_gradient || q.steps_from_sequences != p.steps_from_sequences) return false;
+    if (steps_key(q) == key) return true;
+    const auto a = pattern::uniform_constant(p.n_steps), b = pattern::uniform_constant(q.n_steps);
+    return !p.steps_from_sequences && a && b && *a == *b;
+  };
+  for (Node* other : graph.toposort()) {
+    if (other == &node || !dynamic_cast<const Scan*>(other->op.get())) continue;
+    bool live = false;
+    for (const auto& o : other->outputs) live = live || !graph.clients(o.get()).empty();
+    if (!live) continue;
+    const Parts q = decompose(*other);
+    if (!same_steps(q) || depends_on(node, *other) || depends_on(*other, node)) continue;
+    Parts merged = p;
+    for (auto s : q.sequences) merged.sequences.push_back(s);
+    for (auto o : q.outputs) {
+      o.from = -2 - o.from;  // the other node's outputs
+      merged.outputs.push_back(o);
+    }
+    for (const auto& m : q.non_sequences) merged.non_sequences.push_back(m);
+    const Assembled a = assemble(merged);
+    for (size_t j = 0; j < merged.outputs.size(); ++j)
+      if (merged.outputs[j].from <= -2) graph.replace(other->output(static_cast<size_t>(-2 - merged.outputs[j].from)), a.stacked[j], "scan_merge");
+    return replacements(node, merged, a);
+  }
+  return {};
+}
+
+}  // namespace
+
+RewriteGroup scan_group() {
+  const std::vector<std::type_index> scans{op_class<Scan>()};
+  return {"scan",
+          {},
+          {{"scan_remove_unused", scans, remove_unused},
+           {"scan_inline_single_step", scans, inline_single_step},
+           {"scan_push_out_invariants", scans, push_out_invariants},
+           {"scan_push_out_accumulation", scans, push_out_accumulation},
+           {"scan_push_out_sequence_work", scans, push_out_sequence_work},
+           {"scan_merge", scans, merge_loops},
+           {"scan_save_memory", scans, save_memory}}};
+}
+
+}  // namespace kiln
