@@ -458,7 +458,21 @@ std::vector<Var> push_out_sequence_work(FunctionGraph&, Node& node) {
   }
   if (inside.empty()) return {};
   p.rebuild_body(inside);
-  return reassemble(node, p);
+  // An output that is now a sequence's row at each step is those rows: no loop writes it.
+  const BodyAnalysis pushed_body(p);
+  std::vector<Var> rows(node.outputs.size());
+  std::vector<Parts::Output> written;
+  for (const Parts::Output& o : p.outputs) {
+    const auto tap = pushed_body.sequence_tap.find(o.step.get());
+    if (o.taps.empty() && o.keep == 0 && tap != pushed_body.sequence_tap.end()) rows[static_cast<size_t>(o.from)] = p.rows_read(tap->second.first, tap->second.second);
+    else written.push_back(o);
+  }
+  p.outputs = written;
+  if (p.outputs.empty()) return rows;
+  std::vector<Var> r = reassemble(node, p);
+  for (size_t i = 0; i < r.size(); ++i)
+    if (rows[i].defined()) r[i] = rows[i];
+  return r;
 }
 
 // ---- push out accumulation ----

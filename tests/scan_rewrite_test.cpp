@@ -1,0 +1,223 @@
+// The rewrites of loops (src/rewrite/scan.cpp), each tested by what it changes: the loops left,
+// what their bodies compute, the memory planned; and by the values, equal to the graph as built.
+#include "test_util.hpp"
+
+using namespace kiln;
+using namespace kiln::test;
+
+namespace {
+
+// fast_run without the scan group: the loops as built, the other rewrites applied.
+Mode without_scan_rewrites() {
+  const Mode fast = Mode::fast_run();
+  std::vector<std::string> groups;
+  for (const std::string& g : fast.groups())
+    if (g != "scan") groups.push_back(g);
+  return Mode("no_scan_rewrites", groups);
+}
+
+Function compile(const std::vector<Var>& inputs, const std::vector<Var>& outputs, Mode mode = Mode::fast_run()) {
+  return function(std::vector<In>(inputs.begin(), inputs.end()), std::vector<Out>(outputs.begin(), outputs.end()), {.mode = mode});
+}
+
+int64_t fired(const Function& f, const std::string& rewrite) {
+  for (const RewriteStat& s : f.compile_report().rewrites)
+    if (s.name == rewrite) return s.fired;
+  return 0;
+}
+
+// The inner graphs the compiled function's loops run (graph_text's "Inner graphs" section).
+std::string inner_graphs(const Function& f) {
+  const std::string text = f.graph_text();
+  const size_t at = text.find("Inner graphs:");
+  return at == std::string::npos ? "" : text.substr(at);
+}
+
+// The loops of the compiled function: one entry per loop in the "Inner graphs" section.
+int loops(const Function& f) {
+  std::istringstream lines(inner_graphs(f));
+  int n = 0;
+  for (std::string line; std::getline(lines, line);) n += line.rfind("scan{", 0) == 0;
+  return n;
+}
+
+int occurrences(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// The Elman recurrence of the benchmark: a row of W_x per input symbol, tanh(x W_x + h W_h + b).
+struct Elman {
+  Var symbols = vector("symbols", i64), h0 = vector("h0", f64), W_x = matrix("W_x", f64), W_h = matrix("W_h", f64),
+      b = vector("b", f64);
+  ScanResult run() const {
+    return scan([&](const std::vector<Var>& a) { return std::vector<Var>{tanh(W_x[VarIndex(a[0])] + dot(a[1], W_h) + b)}; },
+                {.sequences = {symbols}, .outputs_info = {h0}});
+  }
+  std::vector<Var> inputs() const { return {symbols, h0, W_x, W_h, b}; }
+  std::vector<Tensor> values() const {
+    return {Tensor::from(std::vector<int64_t>{3, 0, 2, 2, 1}, {5}), random_tensor({4}, f64, -1, 1, 1), random_tensor({4, 4}, f64, -1, 1, 2),
+            random_tensor({4, 4}, f64, -1, 1, 3), random_tensor({4}, f64, -1, 1, 4)};
+  }
+};
+
+}  // namespace
+
+TEST(ScanSaveMemory, TheLastStateAloneKeepsARingOfRows) {
+  auto last_state = [](int64_t steps) {
+    Var h0 = vector("h0"), W = matrix("W");
+    ScanResult r = scan([&](const std::vector<Var>& a) { return std::vector<Var>{tanh(dot(a[0], W))}; },
+                        {.outputs_info = {h0}, .n_steps = constant(Tensor::scalar(steps))});
+    return function({h0, W}, {r.outputs[0][VarIndex(-1)]});
+  };
+  const Function short_loop = last_state(10), long_loop = last_state(100000);
+  EXPECT_GE(fired(long_loop, "scan_save_memory"), 1);
+  const std::vector<Shape> shapes{{16}, {16, 16}};
+  EXPECT_EQ(long_loop.memory_report(shapes).planned_peak_bytes, short_loop.memory_report(shapes).planned_peak_bytes);
+  EXPECT_LT(long_loop.memory_report(shapes).planned_peak_bytes, 100000 * 16 * 4);  // the stacked states would not fit
+}
+
+TEST(ScanSaveMemory, ValuesAndErrorsAreThoseOfTheWholeLoop) {
+  Var h0 = vector("h0", f64), n = scalar("n", i64), W = matrix("W", f64);
+  ScanResult r = scan([&](const std::vector<Var>& a) { return std::vector<Var>{tanh(dot(a[0], W) + 0.5)}; },
+                      {.outputs_info = {h0}, .n_steps = n});
+  const Var last = r.outputs[0][VarIndex(-1)], before_last = r.outputs[0][VarIndex(-2)];
+  const std::vector<Tensor> values{random_tensor({3}, f64, -1, 1, 5), Tensor::scalar(int64_t{7}), random_tensor({3, 3}, f64, -1, 1, 6)};
+  Function f = compare_with_plain({h0, n, W}, {last, before_last}, values);
+  EXPECT_GE(fired(f, "scan_save_memory"), 1);
+  // Reading more rows from the end than there were steps fails as without the ring.
+  EXPECT_THROW(f({values[0], Tensor::scalar(int64_t{1}), values[2]}), ShapeError);
+  EXPECT_THROW(f({values[0], Tensor::scalar(int64_t{0}), values[2]}), ShapeError);
+}
+
+TEST(ScanSaveMemory, ReduceAfterNoStepIsTheInitialValue) {
+  Var xs = vector("xs", f64), s0 = scalar("s0", f64);
+  ScanResult r = reduce([](const std::vector<Var>& a) { return std::vector<Var>{a[0] + 0.5 * a[1]}; }, {xs}, {s0});
+  Function f = function({xs, s0}, {r.outputs[0]});
+  EXPECT_GE(fired(f, "scan_save_memory"), 1);
+  expect_values(f({Tensor::zeros({0}, f64), Tensor::scalar(4.0)})[0], {4});
+  expect_values(f({Tensor::from(std::vector<double>{1, 2, 3}), Tensor::scalar(4.0)})[0], {4.75});  // 1 + 2, 2 + 1.5, 3 + 1.75
+
+  // A plain sum over the steps needs no loop at all: it is summed after (push out accumulation).
+  ScanResult total = reduce([](const std::vector<Var>& a) { return std::vector<Var>{a[0] + a[1]}; }, {xs}, {s0});
+  Function g = function({xs, s0}, {total.outputs[0]});
+  EXPECT_EQ(loops(g), 0);
+  expect_values(g({Tensor::zeros({0}, f64), Tensor::scalar(4.0)})[0], {4});
+  expect_values(g({Tensor::from(std::vector<double>{1, 2, 3}), Tensor::scalar(4.0)})[0], {10});
+}
+
+TEST(ScanPushOut, InvariantsRunOnceBeforeTheLoop) {
+  Var h0 = vector("h0", f64), W = matrix("W", f64), n = scalar("n", i64);
+  ScanResult r = scan([&](const std::vector<Var>& a) { return std::vector<Var>{tanh(dot(a[0], exp(transpose(a[1])) * 0.5))}; },
+                      {.outputs_info = {h0}, .non_sequences = {W}, .n_steps = n});
+  Function f = compare_with_plain({h0, W, n}, r.outputs[0], {random_tensor({3}, f64, -1, 1, 7), random_tensor({3, 3}, f64, -1, 1, 8), Tensor::scalar(int64_t{4})});
+  EXPECT_GE(fired(f, "scan_push_out_invariants"), 1);
+  const std::string body = inner_graphs(f);
+  EXPECT_EQ(occurrences(body, "exp"), 0) << body;
+  EXPECT_EQ(occurrences(body, "dimshuffle{1,0}"), 0) << body;
+  EXPECT_EQ(occurrences(body, "dot"), 1) << body;
+}
+
+TEST(ScanPushOut, SequenceWorkBecomesOneBatchedComputation) {
+  const Elman e;
+  Function f = compare_with_plain(e.inputs(), e.run().outputs[0], e.values());
+  EXPECT_GE(fired(f, "scan_push_out_sequence_work"), 1);
+  const std::string body = inner_graphs(f);
+  EXPECT_EQ(occurrences(body, "take"), 0) << body;  // the rows of W_x looked up for every step at once
+  EXPECT_GE(count_op(f, "take"), 1);
+
+  // x_t . W for every t: one matrix product before the loop
+  Var X = matrix("X", f64), h0 = vector("h0", f64), W = matrix("W", f64), U = matrix("U", f64);
+  ScanResult r = scan([&](const std::vector<Var>& a) { return std::vector<Var>{tanh(dot(a[0], W) * 2.0 + dot(a[1], U))}; },
+                      {.sequences = {X}, .outputs_info = {h0}});
+  Function g = compare_with_plain({X, h0, W, U}, r.outputs[0],
+                                  {random_tensor({6, 3}, f64, -1, 1, 9), random_tensor({4}, f64, -1, 1, 10), random_tensor({3, 4}, f64, -1, 1, 11),
+                                   random_tensor({4, 4}, f64, -1, 1, 12)});
+  const std::string loop = inner_graphs(g);
+  EXPECT_EQ(occurrences(loop, "dot"), 1) << loop;  // h . U alone is left in the body
+}
+
+TEST(ScanPushOut, AccumulatedGradientsAreSummedAfterTheLoop) {
+  const Elman e;
+  const Var loss = sum(e.run().outputs[0] * e.run().outputs[0]);
+  const std::vector<Var> grads = grad(loss, {e.W_x, e.W_h, e.b, e.h0});
+  std::vector<Var> outputs{loss};
+  outputs.insert(outputs.end(), grads.begin(), grads.end());
+  Function f = compare_with_plain(e.inputs(), outputs, e.values(), 1e-12);
+  EXPECT_GE(fired(f, "scan_push_out_accumulation"), 1);  // W_x (rows), W_h (outer products), b (a sum) at once
+  const std::string body = inner_graphs(f);
+  EXPECT_EQ(occurrences(body, "inc_take"), 0) << body;
+  EXPECT_EQ(occurrences(body, "dimshuffle{0,x}"), 0) << body;
+  // The loops no longer carry a gradient of W_x and W_h from step to step.
+  Function as_built = compile(e.inputs(), outputs, without_scan_rewrites());
+  const std::vector<Shape> shapes{{5}, {64}, {64, 64}, {64, 64}, {64}};
+  EXPECT_LT(f.memory_report(shapes).planned_peak_bytes, as_built.memory_report(shapes).planned_peak_bytes);
+}
+
+TEST(ScanMerge, LoopsOverTheSameStepsRunAsOne) {
+  Var x = vector("x", f64), n = scalar("n", i64), s0 = scalar("s0", f64);
+  // Two recurrences over the same sequence, two over the same n_steps.
+  ScanResult products = scan([](const std::vector<Var>& a) { return std::vector<Var>{a[1] * a[0] + 1.0}; }, {.sequences = {x}, .outputs_info = {s0}});
+  ScanResult differences = scan([](const std::vector<Var>& a) { return std::vector<Var>{a[1] - 2.0 * a[0]}; }, {.sequences = {x}, .outputs_info = {s0}});
+  ScanResult up = scan([](const std::vector<Var>& a) { return std::vector<Var>{a[0] * 1.5}; }, {.outputs_info = {s0}, .n_steps = n});
+  ScanResult down = scan([](const std::vector<Var>& a) { return std::vector<Var>{a[0] * 0.5}; }, {.outputs_info = {s0}, .n_steps = n});
+  const std::vector<Var> outputs{products.outputs[0], differences.outputs[0], up.outputs[0], down.outputs[0]};
+  Function f = compare_with_plain({x, n, s0}, outputs, {Tensor::from(std::vector<double>{0.5, 1, 2}), Tensor::scalar(int64_t{3}), Tensor::scalar(1.0)});
+  EXPECT_GE(fired(f, "scan_merge"), 2);
+  EXPECT_EQ(loops(f), 2) << inner_graphs(f);
+  EXPECT_EQ(loops(compile({x, n, s0}, outputs, without_scan_rewrites())), 4);
+}
+
+TEST(ScanPushOut, AMapWhoseWorkIsAllPushedOutLeavesNoLoop) {
+  Var x = vector("x", f64);
+  ScanResult sines = map([](const std::vector<Var>& a) { return std::vector<Var>{sin(a[0]) * 2.0}; }, {x});
+  Function f = compare_with_plain({x}, sines.outputs[0], {Tensor::from(std::vector<double>{0.5, 1, 2})});
+  EXPECT_EQ(loops(f), 0) << f.graph_text();
+}
+
+TEST(ScanMerge, ALoopThatReadsAnotherStaysApart) {
+  Var x = vector("x", f64), s0 = scalar("s0", f64);
+  ScanResult first = scan([](const std::vector<Var>& a) { return std::vector<Var>{a[1] * a[0] + 1.0}; }, {.sequences = {x}, .outputs_info = {s0}});
+  ScanResult second = scan([](const std::vector<Var>& a) { return std::vector<Var>{a[2] - a[0] * a[1]}; },
+                           {.sequences = {x, first.outputs[0]}, .outputs_info = {s0}});
+  Function f = compare_with_plain({x, s0}, second.outputs[0], {Tensor::from(std::vector<double>{0.5, 1, 2}), Tensor::scalar(1.0)});
+  EXPECT_EQ(loops(f), 2);
+}
+
+TEST(ScanRemoveUnused, OutputsAndInputsNoOneReadsAreDropped) {
+  Var x = vector("x", f64), y = vector("y", f64), s0 = scalar("s0", f64), c = scalar("c", f64);
+  ScanResult r = scan(
+      [](const std::vector<Var>& a) { return std::vector<Var>{a[0] + a[2], a[1] * a[3]}; },
+      {.sequences = {x, y}, .outputs_info = {s0, std::nullopt}, .non_sequences = {c}});
+  Function f = compare_with_plain({x, y, s0, c}, r.outputs[0],
+                                  {Tensor::from(std::vector<double>{1, 2, 3}), Tensor::from(std::vector<double>{4, 5, 6, 7}), Tensor::scalar(1.0),
+                                   Tensor::scalar(2.0)});
+  EXPECT_GE(fired(f, "scan_remove_unused"), 1);
+  EXPECT_EQ(occurrences(inner_graphs(f), "scan{1 sequences, 1 outputs}"), 1) << inner_graphs(f);
+  // y, though no longer read, still decides how many steps run: three, as x allows
+  EXPECT_EQ(f({Tensor::from(std::vector<double>{1, 2, 3}), Tensor::from(std::vector<double>{4, 5}), Tensor::scalar(1.0), Tensor::scalar(2.0)})[0].shape(),
+            Shape{2});
+}
+
+TEST(ScanInline, ALoopOfOneStepIsItsBody) {
+  Var X = matrix("X", f64), h0 = vector("h0", f64), W = matrix("W", f64);
+  ScanResult r = scan([&](const std::vector<Var>& a) { return std::vector<Var>{tanh(a[0] + dot(a[1], W)), a[1] * 2.0}; },
+                      {.sequences = {X}, .outputs_info = {h0, std::nullopt}, .n_steps = constant(Tensor::scalar(int64_t{1}))});
+  Function f = compare_with_plain({X, h0, W}, {r.outputs[0], r.outputs[1]},
+                                  {random_tensor({2, 3}, f64, -1, 1, 13), random_tensor({3}, f64, -1, 1, 14), random_tensor({3, 3}, f64, -1, 1, 15)});
+  EXPECT_GE(fired(f, "scan_inline_single_step"), 1);
+  EXPECT_EQ(loops(f), 0);
+}
+
+TEST(ScanRewrites, TheRewrittenTrainingStepLearnsAsBuilt) {
+  const Elman e;
+  const Var loss = sum(e.run().outputs[0]);
+  const std::vector<Var> grads = grad(loss, {e.W_x, e.W_h, e.b});
+  std::vector<Var> outputs{loss};
+  outputs.insert(outputs.end(), grads.begin(), grads.end());
+  Function rewritten = compile(e.inputs(), outputs);
+  Function as_built = compile(e.inputs(), outputs, without_scan_rewrites());
+  const auto a = rewritten(e.values()), b = as_built(e.values());
+  for (size_t i = 0; i < a.size(); ++i) expect_values(a[i], b[i].to_vector<double>(), 1e-12);
+}
