@@ -159,6 +159,25 @@ TEST(Scan, NestedScan) {
   expect_values(eval1({X}, r.outputs[0], {Tensor::from(std::vector<double>{1, 2, 3, 4, 5, 6}, {3, 2})}), {3, 10, 21});
 }
 
+TEST(Scan, IfelseInsideTheBody) {
+  Var x = vector("x", f64), s0 = scalar("s0", f64);
+  ScanResult r = scan([](const std::vector<Var>& a) { return std::vector<Var>{ifelse(a[0] > 0.0, a[1] + a[0], a[1] * 0.5)}; },
+                      {.sequences = {x}, .outputs_info = {s0}});
+  // 4 + 2, 6 * 0.5, 3 + 1, 4 * 0.5
+  expect_values(eval1({x, s0}, r.outputs[0], {f64_vector({2, -1, 1, -3}), Tensor::scalar(4.0)}), {6, 3, 4, 2});
+}
+
+TEST(Scan, ZeroStepsKeepTheTrailingShape) {
+  Var X = matrix("X", f64), h0 = vector("h0", f64), W = matrix("W", f64);
+  ScanResult r = scan([&](const std::vector<Var>& a) { return std::vector<Var>{tanh(a[0] + dot(a[1], W)), dot(a[0], W)}; },
+                      {.sequences = {X}, .outputs_info = {h0, std::nullopt}});
+  std::vector<Tensor> out = eval({X, h0, W}, {r.outputs[0], r.outputs[1]}, {Tensor::zeros({0, 3}, f64), Tensor::zeros({3}, f64), Tensor::zeros({3, 3}, f64)});
+  EXPECT_EQ(out[0].shape(), (Shape{0, 3}));
+  EXPECT_EQ(out[1].shape(), (Shape{0, 3}));
+  ScanResult mapped = map([](const std::vector<Var>& a) { return std::vector<Var>{a[0] * 2.0}; }, {X});
+  EXPECT_EQ(eval1({X}, mapped.outputs[0], {Tensor::zeros({0, 4}, f64)}).shape(), (Shape{0, 4}));
+}
+
 // ---- Errors ----
 
 TEST(ScanErrors, BadBodiesAndArgumentsAreNamed) {
@@ -212,6 +231,19 @@ TEST(ScanErrors, ShapesKnownAtRunTimeAreChecked) {
   } catch (const ShapeError& e) {
     EXPECT_NE(std::string(e.what()).find("fed back"), std::string::npos) << e.what();
   }
+  // An initial value with fewer rows than its taps reach back.
+  Var init = vector("init", f64);
+  ScanResult fib = scan([](const std::vector<Var>& a) { return std::vector<Var>{a[0] + a[1]}; },
+                        {.outputs_info = {Taps{init, {-3, -1}}}, .n_steps = 2});
+  try {
+    eval1({init}, fib.outputs[0], {f64_vector({1, 2})});
+    ADD_FAILURE() << "no error";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("must hold 3 rows"), std::string::npos) << e.what();
+  }
+  // until on a value that is not a scalar
+  EXPECT_THROW(scan([](const std::vector<Var>& a) { return std::vector<Var>{a[0], until(a[0] > 0.0)}; }, {.sequences = {matrix("M", f64)}}),
+               TypeError);
   // A sequence shorter than its taps' spread.
   ScanResult window = map([](const std::vector<Var>& a) { return std::vector<Var>{a[0] + a[1]}; }, {SeqTaps{x, {0, 3}}});
   EXPECT_THROW(eval1({x}, window.outputs[0], {f64_vector({1, 2})}), ShapeError);

@@ -88,15 +88,17 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
       all_values = all_values && plan.value[s].defined();
     }
     if (!known) continue;
+    bool values_missing = false;
     for (int need : op.needs_input_values())
-      if (need < static_cast<int>(values.size()) && !values[need]) known = false;
-    if (!known) continue;
+      if (need < static_cast<int>(values.size()) && !values[need]) values_missing = true;
+    if (values_missing && !op.infers_shapes_without_values()) continue;
     std::vector<Shape> out_shapes;
     try {
       out_shapes = ins.executable->infer_shapes(*ins.node, shapes, values);
     } catch (const Error& e) {
-      // Inside a branch that may not run, a failure is only an error if the branch runs.
-      if (ins.conditional) continue;
+      // The shapes depend on values known when it runs; inside a branch that may not run, a
+      // failure is only an error if the branch runs.
+      if (values_missing || ins.conditional) continue;
       e.rethrow_with(std::string(e.what()) + "\n  while planning " + op.name() + " on " + describe(p, ins, shapes) +
                      ", " + ins.node->origin());
     }

@@ -65,6 +65,9 @@ class Op {
   virtual std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs,
                                           const std::vector<const Tensor*>& values) const = 0;
   virtual std::vector<int> needs_input_values() const { return {}; }
+  // True when infer_shapes may also be asked without those values (null pointers), answering when
+  // the shapes do not depend on them (ifelse whose branches agree) and raising ShapeError else.
+  virtual bool infers_shapes_without_values() const { return false; }
 
   // Vector-Jacobian product: symbolic gradients of the inputs given the outputs' gradients
   // (undefined Var for an output without gradient). An undefined result means "no gradient".

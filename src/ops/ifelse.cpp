@@ -29,7 +29,11 @@ std::vector<Type> IfElse::infer_types(const std::vector<Type>& in) const {
 }
 
 std::vector<Shape> IfElse::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>& values) const {
-  if (!values.at(0)) throw ShapeError(name() + ": which branch runs is only known at run time");
+  if (!values.at(0)) {
+    if (!std::equal(in.begin() + 1, in.begin() + 1 + n_, in.begin() + 1 + n_))
+      throw ShapeError(name() + ": which branch runs is only known at run time, and the branches' shapes differ");
+    return std::vector<Shape>(in.begin() + 1, in.begin() + 1 + n_);
+  }
   const int first = truth_of(*values[0]) ? 1 : 1 + n_;
   return std::vector<Shape>(in.begin() + first, in.begin() + first + n_);
 }

@@ -211,7 +211,7 @@ std::vector<Shape> infer_graph_shapes(const InnerGraph& graph, const std::vector
       const Variable& var = *n->inputs[static_cast<size_t>(i)].get();
       if (var.constant) values[static_cast<size_t>(i)] = &*var.constant;
       else if (auto it = value.find(&var); it != value.end()) values[static_cast<size_t>(i)] = &it->second;
-      else
+      else if (!n->op->infers_shapes_without_values())
         throw ShapeError("scan: the shape of the body's " + n->op->name() + " (" + n->origin() +
                          ") depends on values computed in the body; only constants and shapes are known before the loop");
     }
