@@ -7,6 +7,7 @@ set(KILN_SOURCES
   src/graph/type.cpp
   src/graph/variable.cpp
   src/graph/function_graph.cpp
+  src/graph/inner_gradient.cpp
   src/graph/shared.cpp
   src/graph/print.cpp
   src/graph/executable.cpp

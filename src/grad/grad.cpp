@@ -4,6 +4,7 @@
 #include <unordered_set>
 
 #include "graph/function_graph.hpp"
+#include "graph/inner_gradient.hpp"
 #include "graph/op.hpp"
 #include "kiln/grad.hpp"
 #include "kiln/ops.hpp"
@@ -102,9 +103,15 @@ std::vector<Var> finish(std::vector<Var> grads, const std::vector<Var>& wrt, con
   return grads;
 }
 
+// For the ops that differentiate an inner graph (graph/inner_gradient.hpp).
+std::vector<Var> inner_graph_vjp(const std::vector<Var>& f, const std::vector<Var>& wrt, const std::vector<Var>& eval_points) {
+  return Lop(f, wrt, eval_points, {.disconnected_inputs = DisconnectedInputs::zero});
+}
+
 }  // namespace
 
 std::vector<Var> grad(const Var& cost, const std::vector<Var>& wrt, GradOptions options) {
+  provide_inner_vjp(inner_graph_vjp);
   if (!cost.defined()) throw GradError("grad: the cost is an empty Var");
   if (cost.ndim() != 0)
     throw GradError("grad: the cost must be a scalar (0-d), got " + cost.type().str() + "; sum() or mean() it first");
@@ -121,6 +128,7 @@ Var grad(const Var& cost, const Var& wrt, GradOptions options) { return grad(cos
 
 std::vector<Var> Lop(const std::vector<Var>& f, const std::vector<Var>& wrt, const std::vector<Var>& eval_points,
                      GradOptions options) {
+  provide_inner_vjp(inner_graph_vjp);
   if (f.size() != eval_points.size())
     throw GradError("Lop: " + std::to_string(f.size()) + " outputs but " + std::to_string(eval_points.size()) +
                     " eval points; give one per output");

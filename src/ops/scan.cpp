@@ -7,7 +7,7 @@
 #include <unordered_map>
 
 #include "graph/function_graph.hpp"
-#include "kiln/grad.hpp"
+#include "graph/inner_gradient.hpp"
 #include "kiln/ops.hpp"
 #include "kiln/scan.hpp"
 #include "ops/shape.hpp"
@@ -552,7 +552,7 @@ std::vector<Var> Scan::L_op(const Node& node, const std::vector<Var>& gouts) con
     f.push_back(replayed[j]);
     eval_points.push_back(c);
   }
-  std::vector<Var> d = Lop(f, wrt, eval_points, {.disconnected_inputs = DisconnectedInputs::zero});
+  std::vector<Var> d = inner_vjp(f, wrt, eval_points);
   std::unordered_map<const Variable*, Var> from_saved;
   for (size_t j = 0; j < loop.n_outputs(); ++j)
     if (saved[j].defined()) from_saved[replayed[j].get()] = saved[j];
