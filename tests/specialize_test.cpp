@@ -89,3 +89,20 @@ TEST(Specialize, GemmKeepsTheSumsValueWhenTheProductBroadcasts) {
   }, {random_tensor({3, 2}), random_tensor({3, 4}, f64, -1, 1, 2), random_tensor({4, 1}, f64, -1, 1, 3),
       Tensor::full({}, 0.7, f64), Tensor::full({}, 1.3, f64)});
 }
+
+// An SGD step on weights whose gradients a loop summed from zeros (the RNN's W_h and W_x after
+// the scan rewrites): W - lr * gemm(zeros_like(W), a, b, 1, 1) and W - lr * inc_take(zeros_like(W),
+// v, i) sum straight into W.
+TEST(Specialize, UpdatesFromZerosSumIntoTheWeight) {
+  Var W = matrix("W", f64), a = matrix("a", f64), b = matrix("b", f64), v = matrix("v", f64), i = vector("i", i64);
+  const Var one = constant(Tensor::scalar(1.0));
+  const Var summed = apply1(std::make_shared<Gemm>(), {zeros_like(W), a, b, one, one}, Loc::current());
+  const Var rows = inc_subtensor(take(zeros_like(W), i), v);
+  const std::vector<Var> updated{W - 0.1 * summed, W - 0.5 * rows};
+  Function f = compare_with_plain({W, a, b, v, i}, updated,
+                                  {random_tensor({3, 4}), random_tensor({3, 2}, f64, -1, 1, 2), random_tensor({2, 4}, f64, -1, 1, 3),
+                                   random_tensor({5, 4}, f64, -1, 1, 4), Tensor::from(std::vector<int64_t>{0, 2, 2, 1, 0}, {5})});
+  EXPECT_EQ(count_op(f, "fill"), 0) << f.graph_text();
+  EXPECT_EQ(count_op(f, "gemm"), 1);
+  EXPECT_EQ(count_op(f, "inc_take"), 1);
+}

@@ -3,6 +3,7 @@
 #include "ops/blas.hpp"
 #include "rewrite/catalogue.hpp"
 #include "ops/patterns.hpp"
+#include "ops/subtensor.hpp"
 
 namespace kiln {
 
@@ -58,6 +59,38 @@ std::vector<Var> gemm_from_sum(FunctionGraph& graph, Node& n) {
   return {};
 }
 
+// c - alpha * u, where u sums into zeros shaped like c (u = gemm(fill(c, 0), a, b, s, t) or
+// inc_take(fill(c, 0), v, i)) -> the same sum into c itself, one op that may write in place: the
+// SGD update of a weight whose gradient a loop's accumulation summed from zeros.
+std::vector<Var> update_from_zeros(FunctionGraph& graph, Node& n) {
+  if (scalar_op(n) != ScalarOp::sub || n.inputs.size() != 2) return {};
+  const Var& c = n.inputs[0];
+  Var alpha = constant(Tensor::full({}, 1.0, c.dtype()));
+  Var u = n.inputs[1];
+  if (auto factors = match(u, ScalarOp::mul); factors && factors->size() == 2 && pattern::live_clients(graph, u) == 1)
+    for (int i = 0; i < 2; ++i)
+      if (auto s = as_scalar((*factors)[i]); s && (op_of<Gemm>((*factors)[1 - i]) || op_of<TakeInc>((*factors)[1 - i]))) {
+        alpha = *s;
+        u = (*factors)[1 - i];
+        break;
+      }
+  const Node* sum = pattern::node_of(u);
+  if (!sum || pattern::live_clients(graph, u) != 1 || c.dtype() != u.dtype()) return {};
+  auto zeros_like_c = [&](const Var& z) {
+    const Node* fill = pattern::node_of(z);
+    const auto* ew = fill ? dynamic_cast<const Elemwise*>(fill->op.get()) : nullptr;
+    return ew && ew->scalar_op() == ScalarOp::fill && fill->inputs[0].same(c) && is_scalar_constant(fill->inputs[1], 0.0);
+  };
+  if (!zeros_like_c(sum->inputs[0])) return {};
+  const Var minus_alpha = cast(-alpha, c.dtype(), n.loc);
+  if (op_of<Gemm>(u))
+    return {apply1(std::make_shared<Gemm>(), {c, sum->inputs[1], sum->inputs[2], minus_alpha * sum->inputs[3],
+                                              constant(Tensor::full({}, 1.0, c.dtype()))}, n.loc)};
+  const auto* inc = op_of<TakeInc>(u);
+  if (inc && !inc->set()) return {apply1(sum->op, {c, minus_alpha * sum->inputs[1], sum->inputs[2]}, n.loc)};
+  return {};
+}
+
 // x ** 2 -> sqr(x), x ** 0.5 -> sqrt(x), x ** 1 -> x
 std::vector<Var> special_powers(FunctionGraph&, Node& n) {
   if (scalar_op(n) != ScalarOp::pow) return {};
@@ -74,6 +107,7 @@ RewriteGroup specialize_group() {
   return {"specialize",
           {},
           {{"gemm_from_sum", {op_class<Elemwise>()}, gemm_from_sum},
+           {"update_from_zeros", {op_class<Elemwise>()}, update_from_zeros},
            {"special_powers", {op_class<Elemwise>()}, special_powers}}};
 }
 
