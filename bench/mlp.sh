@@ -19,18 +19,14 @@ repeats=${REPEATS:-3}
 read -ra models <<<"${MODELS:-784-10 784-500-10 784-1000-1000-1000-10}"
 read -ra batches <<<"${BATCHES:-1 10 60 1000}"
 read -ra thread_counts <<<"${THREADS:-1 2}"
-[[ $repeats =~ ^[1-9][0-9]*$ ]] || { echo "mlp.sh: REPEATS must be a positive integer, not '$repeats'" >&2; exit 1; }
-bash scripts/setup.sh --bench
-cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_BENCH=ON -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_EXAMPLES=OFF >/dev/null
-cmake --build build-bench -j2 >/dev/null
 kiln=./build-bench/bench/bench_mlp_kiln
 torch=./build-bench/bench/bench_mlp_torch
-[[ -x $torch ]] || { echo "LibTorch was not found; install libtorch-dev" >&2; exit 1; }
 
 bench_name=mlp.sh
 torch_blas=$torch
 # shellcheck source=bench/peer.sh
 source bench/peer.sh
+prepare_bench
 check_peer
 
 printf "%-26s %6s %7s %14s %14s %7s\n" model batch threads "kiln ex/s" "LibTorch ex/s" ratio

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "uniform_weights.hpp"
+
 namespace bench {
 
 constexpr int64_t kExamples = 6000;
@@ -42,11 +44,7 @@ inline std::vector<int64_t> random_labels() {
 }
 
 inline std::vector<float> random_weights(int64_t rows, int64_t cols, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> uni(-0.05f, 0.05f);
-  std::vector<float> w(rows * cols);
-  for (float& v : w) v = uni(rng);
-  return w;
+  return uniform_weights(rows, cols, seed, 0.05f);
 }
 
 // Runs step(first_example) over consecutive batches until at least min_seconds have passed

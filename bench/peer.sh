@@ -1,6 +1,17 @@
 # Shared by bench/mlp.sh and bench/rnn.sh (sourced): runs kiln with no environment variable and
 # LibTorch with its best settings, checks which BLAS the peer calls, stops on any failed run.
-# The sourcing script sets bench_name, kiln and torch (the two programs) and repeats.
+# The sourcing script sets bench_name, kiln and torch (the two programs), torch_blas (the LibTorch
+# program that reports its BLAS) and repeats, then calls prepare_bench and check_peer.
+
+# prepare_bench: checks REPEATS, installs what the benchmarks need, builds them, and stops when
+# LibTorch's side was not built.
+prepare_bench() {
+  [[ $repeats =~ ^[1-9][0-9]*$ ]] || { echo "$bench_name: REPEATS must be a positive integer, not '$repeats'" >&2; exit 1; }
+  bash scripts/setup.sh --bench
+  cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_BENCH=ON -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_EXAMPLES=OFF >/dev/null
+  cmake --build build-bench -j2 >/dev/null
+  [[ -x $torch ]] || { echo "LibTorch was not found; install libtorch-dev" >&2; exit 1; }
+}
 
 # The first value of FIELD ("model name", "cpu family", "model") in /proc/cpuinfo.
 cpu_field() {

@@ -11,17 +11,13 @@ cd "$(dirname "$0")/.."
 repeats=${REPEATS:-3}
 read -ra cells <<<"${CELLS:-elman lstm}"
 read -ra hidden_sizes <<<"${HIDDEN:-50 100 200 500}"
-[[ $repeats =~ ^[1-9][0-9]*$ ]] || { echo "rnn.sh: REPEATS must be a positive integer, not '$repeats'" >&2; exit 1; }
-bash scripts/setup.sh --bench
-cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_BENCH=ON -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_EXAMPLES=OFF >/dev/null
-cmake --build build-bench -j2 >/dev/null
 kiln=./build-bench/bench/bench_rnn_kiln
 torch=./build-bench/bench/bench_rnn_torch
 torch_blas=./build-bench/bench/bench_mlp_torch
-[[ -x $torch ]] || { echo "LibTorch was not found; install libtorch-dev" >&2; exit 1; }
 bench_name=rnn.sh
 # shellcheck source=bench/peer.sh
 source bench/peer.sh
+prepare_bench
 check_peer
 
 printf "%-6s %5s %16s %16s %7s\n" cell H "kiln steps/s" "LibTorch steps/s" ratio

@@ -9,6 +9,8 @@
 #include <random>
 #include <vector>
 
+#include "uniform_weights.hpp"
+
 namespace bench::rnn {
 
 constexpr int64_t kVocabulary = 100;
@@ -25,11 +27,7 @@ inline std::vector<int64_t> random_text() {
 }
 
 inline std::vector<float> random_weights(int64_t rows, int64_t cols, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> uni(-0.1f, 0.1f);
-  std::vector<float> w(rows * cols);
-  for (float& v : w) v = uni(rng);
-  return w;
+  return uniform_weights(rows, cols, seed, 0.1f);
 }
 
 // Runs step(sequence) over the sequences in turn until at least min_seconds have passed (after

@@ -23,6 +23,14 @@ bool is_scalar_constant(const Var& v, double x) {
   return true;
 }
 
+std::optional<Var> zeros_like_of(const Var& v) {
+  const Elemwise* fill = op_of<Elemwise>(v);
+  if (!fill || fill->scalar_op() != ScalarOp::fill) return std::nullopt;
+  const Node* n = v.get()->owner;
+  if (!is_scalar_constant(n->inputs[1], 0.0)) return std::nullopt;
+  return n->inputs[0];
+}
+
 std::optional<Var> as_scalar(const Var& v) {
   if (v.ndim() == 0) return v;
   if (const Variable* var = v.get(); var->constant) {

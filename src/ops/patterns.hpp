@@ -29,6 +29,8 @@ bool is_scalar_constant(const Var& v, double x);
 // A 0-d Var with the value of v when v is a scalar in disguise: 0-d, a dimshuffle of a 0-d value,
 // or a constant of size-1 dimensions.
 std::optional<Var> as_scalar(const Var& v);
+// x when v is fill(x, 0): zeros shaped like x.
+std::optional<Var> zeros_like_of(const Var& v);
 // Readers of v that the outputs still depend on.
 size_t live_clients(const FunctionGraph& graph, const Var& v);
 

@@ -30,19 +30,14 @@ size_t ScanLoop::first_output_input(size_t j) const {
 
 size_t ScanLoop::first_non_sequence_input() const { return first_output_input(n_outputs()); }
 
-int ScanLoop::first_tap(size_t i) const { return *std::min_element(sequence_taps[i].begin(), sequence_taps[i].end()); }
+int first_tap(const std::vector<int>& taps) { return *std::min_element(taps.begin(), taps.end()); }
 
-int64_t ScanLoop::spread(size_t i) const { return *std::max_element(sequence_taps[i].begin(), sequence_taps[i].end()) - first_tap(i); }
+int64_t tap_spread(const std::vector<int>& taps) { return *std::max_element(taps.begin(), taps.end()) - first_tap(taps); }
 
-int64_t ScanLoop::lead_rows(size_t j) const {
-  const std::vector<int>& taps = output_taps[j];
-  return taps.empty() ? 0 : -static_cast<int64_t>(*std::min_element(taps.begin(), taps.end()));
-}
+int64_t lead_rows(const std::vector<int>& output_taps) { return output_taps.empty() ? 0 : -static_cast<int64_t>(first_tap(output_taps)); }
 
-int64_t ScanLoop::initial_rows(size_t j) const {
-  const std::vector<int>& taps = output_taps[j];
-  if (taps.size() == 1 && taps[0] == -1) return 0;
-  return -static_cast<int64_t>(*std::min_element(taps.begin(), taps.end()));
+int64_t initial_rows(const std::vector<int>& output_taps) {
+  return output_taps.size() == 1 && output_taps[0] == -1 ? 0 : lead_rows(output_taps);
 }
 
 namespace {
@@ -469,7 +464,7 @@ std::vector<Var> Scan::L_op(const Node& node, const std::vector<Var>& gouts) con
   const Var steps_back = truncated ? minimum(n, index_constant(loop.truncate_gradient), loc) : n;
   // A value whose row t + c + tap forward step t reads at each tap, seen from the last step back.
   auto backwards = [&](const Var& v, int64_t c, const std::vector<int>& taps, std::vector<int>& back_taps) {
-    const int last = *std::max_element(taps.begin(), taps.end());
+    const int64_t last = first_tap(taps) + tap_spread(taps);
     for (int tap : taps) back_taps.push_back(-tap);
     return reverse_rows(row_range(v, index_constant(0), n + (c + last), loc), loc);
   };
@@ -750,7 +745,7 @@ Built build_scan(const std::function<std::vector<Var>(const std::vector<Var>&)>&
     if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
       throw TypeError("scan: " + which + " repeats a tap" + where(loc));
     loop.output_taps.push_back(info->taps);
-    const bool rows = !(info->taps.size() == 1 && info->taps[0] == -1);
+    const bool rows = initial_rows(info->taps) > 0;
     if (rows && info->initial.ndim() < 1)
       throw TypeError("scan: " + which + " reads " + std::to_string(-sorted.front()) + " steps back, so its initial value needs " +
                       "that many rows (a leading axis), got " + info->initial.type().str() + where(loc));

@@ -9,6 +9,17 @@
 
 namespace kiln {
 
+// What a list of taps asks of the loop. Of a sequence's taps: the smallest offset (step 0 reads
+// the sequence's row 0 at that tap) and the spread (the rows a loop of n steps reads are n plus
+// the spread). Of a fed-back output's taps: the rows before the first step's (lead_rows: the
+// initial rows the taps reach back to; 0 for an output not fed back) and the rows its initial
+// value holds (initial_rows: none, the initial value being the value itself, for the single tap
+// -1; else the largest offset).
+int first_tap(const std::vector<int>& taps);
+int64_t tap_spread(const std::vector<int>& taps);
+int64_t lead_rows(const std::vector<int>& output_taps);
+int64_t initial_rows(const std::vector<int>& output_taps);
+
 // What a scan's loop is: its body, an inner graph, and how the loop feeds it. The body's inputs,
 // in order: one per sequence tap (the sequence's row at that offset from the current step), one per
 // output tap (the output that many steps before), then one per non-sequence (the same every step).
@@ -32,14 +43,11 @@ struct ScanLoop {
   size_t first_sequence_input(size_t i) const;
   size_t first_output_input(size_t j) const;
   size_t first_non_sequence_input() const;
-  // The rows of a sequence a loop of n steps reads: n plus the spread of its taps.
-  int64_t spread(size_t i) const;
-  int first_tap(size_t i) const;  // the smallest offset of sequence i: step 0 reads its row 0
-  // The rows the initial value of a fed-back output holds: none (it is the value itself) for the
-  // single tap -1, else the largest offset.
-  int64_t initial_rows(size_t j) const;
-  // The rows of output j before the first step's: the initial values its taps reach back to.
-  int64_t lead_rows(size_t j) const;
+  // The functions above, of sequence i's and output j's taps.
+  int64_t spread(size_t i) const { return tap_spread(sequence_taps[i]); }
+  int first_tap(size_t i) const { return kiln::first_tap(sequence_taps[i]); }
+  int64_t initial_rows(size_t j) const { return kiln::initial_rows(output_taps[j]); }
+  int64_t lead_rows(size_t j) const { return kiln::lead_rows(output_taps[j]); }
 };
 
 // scan: the outer inputs are [n_steps, sequences..., the initial value of each fed-back output...,

@@ -46,8 +46,8 @@ struct Parts {
   std::vector<NonSequence> non_sequences;
   Loc loc;
 
-  int first_tap(size_t i) const { return *std::min_element(sequences[i].taps.begin(), sequences[i].taps.end()); }
-  int64_t spread(size_t i) const { return *std::max_element(sequences[i].taps.begin(), sequences[i].taps.end()) - first_tap(i); }
+  int first_tap(size_t i) const { return kiln::first_tap(sequences[i].taps); }
+  int64_t spread(size_t i) const { return tap_spread(sequences[i].taps); }
   std::vector<Var> roots() const {
     std::vector<Var> r;
     for (const Output& o : outputs) r.push_back(o.step);
@@ -76,6 +76,13 @@ struct Parts {
     if (until.defined()) until = r.back();
   }
 };
+
+// v with a broadcastable axis in front: a value of one step seen as rows of every step.
+Var with_leading_axis(const Var& v, const Loc& loc) {
+  std::vector<int64_t> pattern{-1};
+  for (int64_t d = 0; d < v.ndim(); ++d) pattern.push_back(d);
+  return dimshuffle(v, pattern, loc);
+}
 
 const Scan& scan_op(const Node& node) { return static_cast<const Scan&>(*node.op); }
 
@@ -190,11 +197,14 @@ std::unordered_set<const Node*> value_nodes(const std::vector<Var>& roots) {
 enum class Dependence { invariant, sequences, recurrent };
 
 struct BodyAnalysis {
+  std::vector<Node*> order;                  // the body's nodes, inputs before readers
+  std::unordered_set<const Variable*> roots;  // what the loop reads of the body
   std::unordered_map<const Variable*, Dependence> of;
   std::unordered_map<const Variable*, Var> non_sequence_outer;  // a non-sequence's input -> its outer value
   std::unordered_map<const Variable*, std::pair<size_t, size_t>> sequence_tap;  // an input -> (sequence, tap)
 
-  explicit BodyAnalysis(const Parts& p) {
+  explicit BodyAnalysis(const Parts& p) : order(topological_order(p.roots())) {
+    for (const Var& r : p.roots()) roots.insert(r.get());
     for (size_t i = 0; i < p.sequences.size(); ++i)
       for (size_t k = 0; k < p.sequences[i].inputs.size(); ++k) {
         of[p.sequences[i].inputs[k].get()] = Dependence::sequences;
@@ -206,7 +216,7 @@ struct BodyAnalysis {
       of[m.input.get()] = Dependence::invariant;
       non_sequence_outer[m.input.get()] = m.outer;
     }
-    for (Node* n : topological_order(p.roots())) {
+    for (Node* n : order) {
       Dependence d = Dependence::invariant;
       for (const Var& in : n->inputs) d = std::max(d, dependence(in));
       for (const auto& o : n->outputs) of[o.get()] = d;
@@ -218,6 +228,7 @@ struct BodyAnalysis {
     return it == of.end() ? Dependence::invariant : it->second;  // constants
   }
   bool is_non_sequence(const Var& v) const { return non_sequence_outer.count(v.get()) > 0; }
+  bool is_root(const Var& v) const { return roots.count(v.get()) > 0; }
 };
 
 // The body's readers of each value, among the nodes given.
@@ -235,12 +246,6 @@ std::unordered_set<const Variable*> shape_deciding(const std::vector<Node*>& nod
   for (const Node* n : nodes)
     for (int i : n->op->needs_input_values()) values.insert(n->inputs[static_cast<size_t>(i)].get());
   return values;
-}
-
-bool is_root(const Parts& p, const Var& v) {
-  for (const Var& r : p.roots())
-    if (r.same(v)) return true;
-  return false;
 }
 
 // ---- remove unused outputs and inputs ----
@@ -309,7 +314,7 @@ std::vector<Var> save_memory(FunctionGraph& graph, Node& node) {
   for (size_t j = 0; j < p.outputs.size(); ++j) {
     Parts::Output& o = p.outputs[j];
     if (o.keep > 0) continue;
-    const int64_t lead = o.taps.empty() ? 0 : -*std::min_element(o.taps.begin(), o.taps.end());
+    const int64_t lead = lead_rows(o.taps);
     int64_t last = 0;  // the most rows from the end a reader reads
     bool only_last_rows = true;
     std::vector<std::pair<size_t, Node*>> found;
@@ -352,7 +357,7 @@ std::vector<Var> save_memory(FunctionGraph& graph, Node& node) {
 std::vector<Var> push_out_invariants(FunctionGraph&, Node& node) {
   Parts p = decompose(node);
   const BodyAnalysis body(p);
-  const std::vector<Node*> order = topological_order(p.roots());
+  const std::vector<Node*>& order = body.order;
   const std::unordered_set<const Node*> valued = value_nodes(p.roots());
   const auto read_by = readers(order);
   // An invariant value that reads a non-sequence, read by a value that changes per step or by the loop.
@@ -365,7 +370,7 @@ std::vector<Var> push_out_invariants(FunctionGraph&, Node& node) {
     if (!valued.count(n) || body.dependence(n->output(0)) != Dependence::invariant || !reads_non_sequence(n)) continue;
     for (size_t o = 0; o < n->outputs.size(); ++o) {
       const Var v = n->output(o);
-      bool frontier = is_root(p, v);
+      bool frontier = body.is_root(v);
       if (auto it = read_by.find(v.get()); it != read_by.end())
         for (const Node* r : it->second) frontier = frontier || (body.dependence(r->outputs[0].get()) != Dependence::invariant);
       if (frontier && !decides_shape.count(v.get())) hoisted.push_back(v);
@@ -400,12 +405,8 @@ Var batched_node(const Node& n, const BodyAnalysis& body, const std::unordered_m
   auto is_batched = [&](size_t i) { return batched.count(n.inputs[i].get()) > 0; };
   if (n.outputs.size() != 1) return Var();
   if (dynamic_cast<const Elemwise*>(n.op.get())) {
-    for (size_t i = 0; i < in.size(); ++i) {
-      if (is_batched(i)) continue;
-      std::vector<int64_t> pattern{-1};
-      for (int64_t d = 0; d < n.inputs[i].ndim(); ++d) pattern.push_back(d);
-      in[i] = dimshuffle(in[i], pattern, n.loc);
-    }
+    for (size_t i = 0; i < in.size(); ++i)
+      if (!is_batched(i)) in[i] = with_leading_axis(in[i], n.loc);
     return apply1(n.op, in, n.loc);
   }
   if (const auto* ds = dynamic_cast<const DimShuffle*>(n.op.get())) {
@@ -429,7 +430,7 @@ std::vector<Var> push_out_sequence_work(FunctionGraph&, Node& node) {
   Parts p = decompose(node);
   if (p.until.defined() || p.sequences.empty()) return {};  // a loop that may stop early would compute rows it never reads
   const BodyAnalysis body(p);
-  const std::vector<Node*> order = topological_order(p.roots());
+  const std::vector<Node*>& order = body.order;
   const std::unordered_set<const Node*> valued = value_nodes(p.roots());
   std::unordered_map<const Variable*, Var> batched;
   for (const auto& [input, at] : body.sequence_tap) batched[input] = p.rows_read(at.first, at.second);
@@ -448,7 +449,7 @@ std::vector<Var> push_out_sequence_work(FunctionGraph&, Node& node) {
   std::unordered_map<const Variable*, Var> inside;
   for (Node* n : pushed) {
     const Var v = n->output(0);
-    bool frontier = is_root(p, v);
+    bool frontier = body.is_root(v);
     if (auto it = read_by.find(v.get()); it != read_by.end())
       for (const Node* r : it->second) frontier = frontier || (valued.count(r) && !is_pushed.count(r));
     if (!frontier || decides_shape.count(v.get())) continue;
@@ -481,12 +482,10 @@ std::vector<Var> push_out_sequence_work(FunctionGraph&, Node& node) {
 // non-sequence), or a non-sequence that is such zeros outside; x outside the loop.
 Var zeros_shaped_like(const Var& v, const BodyAnalysis& body) {
   if (auto it = body.non_sequence_outer.find(v.get()); it != body.non_sequence_outer.end()) return zeros_shaped_like(it->second, body);
-  const Node* n = pattern::node_of(v);
-  const auto* fill = n ? dynamic_cast<const Elemwise*>(n->op.get()) : nullptr;
-  if (!fill || fill->scalar_op() != ScalarOp::fill || !pattern::is_scalar_constant(n->inputs[1], 0.0)) return Var();
-  const Var& x = n->inputs[0];
-  if (auto it = body.non_sequence_outer.find(x.get()); it != body.non_sequence_outer.end()) return it->second;
-  return x;
+  const std::optional<Var> x = pattern::zeros_like_of(v);
+  if (!x) return Var();
+  if (auto it = body.non_sequence_outer.find(x->get()); it != body.non_sequence_outer.end()) return it->second;
+  return *x;
 }
 
 // The final value of an output accumulated as G + e per step, computed after the loop from the
@@ -590,17 +589,16 @@ std::vector<Var> push_out_accumulation(FunctionGraph& graph, Node& node) {
     if (out.outputs[j].from < 0)
       for (const auto& [value, slot] : pending)
         if (out.outputs[j].step.get() == value) placed[slot.get()] = assembled.stacked[j];
+  std::vector<Var> final_values;
   for (const auto& [a, f] : finals) {
-    const Var final_value = rebuild({f}, placed)[0];
+    final_values.push_back(rebuild({f}, placed)[0]);
     for (Node* reader : a->final_readers) {
       const Var old = reader->output(0);
-      if (final_value.dtype() != old.dtype() || final_value.ndim() != old.ndim()) return {};
+      if (final_values.back().dtype() != old.dtype() || final_values.back().ndim() != old.ndim()) return {};
     }
   }
-  for (const auto& [a, f] : finals) {
-    const Var final_value = rebuild({f}, placed)[0];
-    for (Node* reader : a->final_readers) graph.replace(reader->output(0), final_value, "scan_push_out_accumulation");
-  }
+  for (size_t k = 0; k < finals.size(); ++k)
+    for (Node* reader : finals[k].first->final_readers) graph.replace(reader->output(0), final_values[k], "scan_push_out_accumulation");
   return replacements(node, out, assembled);
 }
 
@@ -614,23 +612,17 @@ std::vector<Var> inline_single_step(FunctionGraph&, Node& node) {
   for (size_t i = 0; i < p.sequences.size(); ++i)
     for (size_t k = 0; k < p.sequences[i].taps.size(); ++k)
       outer[p.sequences[i].inputs[k].get()] = p.sequences[i].outer[VarIndex(int64_t{p.sequences[i].taps[k] - p.first_tap(i)}, loc)];
-  for (const auto& o : p.outputs) {
-    const bool initial_is_value = o.taps.size() == 1 && o.taps[0] == -1;
+  for (const auto& o : p.outputs)
     for (size_t k = 0; k < o.taps.size(); ++k)
-      outer[o.inputs[k].get()] = initial_is_value ? o.initial : o.initial[VarIndex(int64_t{o.taps[k]}, loc)];
-  }
+      outer[o.inputs[k].get()] = initial_rows(o.taps) == 0 ? o.initial : o.initial[VarIndex(int64_t{o.taps[k]}, loc)];
   for (const auto& m : p.non_sequences) outer[m.input.get()] = m.outer;
   const std::vector<Var> values = rebuild(p.roots(), outer);
   std::vector<Var> r;
   for (size_t j = 0; j < p.outputs.size(); ++j) {
     const auto& o = p.outputs[j];
-    std::vector<int64_t> pattern{-1};
-    for (int64_t d = 0; d < values[j].ndim(); ++d) pattern.push_back(d);
-    Var rows = dimshuffle(values[j], pattern, loc);
+    Var rows = with_leading_axis(values[j], loc);
     if (!o.taps.empty()) {
-      const int64_t lead = -*std::min_element(o.taps.begin(), o.taps.end());
-      const bool initial_is_value = o.taps.size() == 1 && o.taps[0] == -1;
-      const Var before = initial_is_value ? dimshuffle(o.initial, pattern, loc) : slice(o.initial, 0, -lead, std::nullopt, 1, loc);
+      const Var before = initial_rows(o.taps) == 0 ? with_leading_axis(o.initial, loc) : slice(o.initial, 0, -lead_rows(o.taps), std::nullopt, 1, loc);
       rows = concatenate({before, cast(rows, before.dtype(), loc)}, 0, loc);
     }
     if (o.keep > 0) rows = slice(rows, 0, -o.keep, std::nullopt, 1, loc);

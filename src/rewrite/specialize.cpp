@@ -1,4 +1,6 @@
 // specialize: replace general patterns by the special ops that compute them in one step.
+#include <functional>
+
 #include "kiln/ops.hpp"
 #include "ops/blas.hpp"
 #include "rewrite/catalogue.hpp"
@@ -16,25 +18,31 @@ using pattern::op_of;
 
 ScalarOp scalar_op(const Node& n) { return static_cast<const Elemwise&>(*n.op).scalar_op(); }
 
-// A term of a sum that is alpha * dot(a, b) for 2-D a, b (alpha possibly 1).
-struct ScaledProduct {
+// A term of a sum that is alpha * v, alpha a scalar (possibly 1) and v a value `wanted` accepts,
+// read by that term alone.
+struct ScaledTerm {
   Var alpha;
-  Var dot;
+  Var value;
 };
 
-std::optional<ScaledProduct> scaled_product(FunctionGraph& graph, const Var& term) {
-  auto is_matrix_product = [&](const Var& v) {
-    const Node* n = pattern::node_of(v);
-    return op_of<Dot>(v) && n->inputs[0].ndim() == 2 && n->inputs[1].ndim() == 2 && pattern::live_clients(graph, v) == 1;
-  };
-  if (is_matrix_product(term)) return ScaledProduct{constant(Tensor::full({}, 1.0, term.dtype())), term};
+std::optional<ScaledTerm> scaled_term(FunctionGraph& graph, const Var& term, const std::function<bool(const Var&)>& wanted) {
+  auto accepted = [&](const Var& v) { return pattern::node_of(v) && wanted(v) && pattern::live_clients(graph, v) == 1; };
+  if (accepted(term)) return ScaledTerm{constant(Tensor::full({}, 1.0, term.dtype())), term};
   auto factors = match(term, ScalarOp::mul);
   if (!factors || factors->size() != 2 || pattern::live_clients(graph, term) != 1) return std::nullopt;
   for (int i = 0; i < 2; ++i) {
     auto s = as_scalar((*factors)[i]);
-    if (s && is_matrix_product((*factors)[1 - i])) return ScaledProduct{*s, (*factors)[1 - i]};
+    if (s && accepted((*factors)[1 - i])) return ScaledTerm{*s, (*factors)[1 - i]};
   }
   return std::nullopt;
+}
+
+// A term that is alpha * dot(a, b) for 2-D a, b.
+std::optional<ScaledTerm> scaled_product(FunctionGraph& graph, const Var& term) {
+  return scaled_term(graph, term, [](const Var& v) {
+    const Node* n = pattern::node_of(v);
+    return op_of<Dot>(v) && n->inputs[0].ndim() == 2 && n->inputs[1].ndim() == 2;
+  });
 }
 
 // c + alpha * dot(a, b), c - alpha * dot(a, b) -> gemm(c, a, b, +-alpha, 1), when c cannot make the
@@ -47,11 +55,11 @@ std::vector<Var> gemm_from_sum(FunctionGraph& graph, Node& n) {
     auto product = scaled_product(graph, n.inputs[i]);
     if (!product) continue;
     const Var& c = n.inputs[1 - i];
-    const Type& dot_type = product->dot.type();
+    const Type& dot_type = product->value.type();
     bool c_fits = c.ndim() == 2 && c.dtype() == dot_type.dtype;
     for (int64_t d = 0; c_fits && d < 2; ++d) c_fits = !dot_type.broadcastable[d] || c.type().broadcastable[d];
     if (!c_fits) continue;
-    const Node& dot_node = *product->dot.get()->owner;
+    const Node& dot_node = *product->value.get()->owner;
     Var alpha = cast(op == ScalarOp::sub ? -product->alpha : product->alpha, c.dtype(), n.loc);
     Var beta = constant(Tensor::full({}, 1.0, c.dtype()));
     return {apply1(std::make_shared<Gemm>(), {c, dot_node.inputs[0], dot_node.inputs[1], alpha, beta}, n.loc)};
@@ -65,30 +73,19 @@ std::vector<Var> gemm_from_sum(FunctionGraph& graph, Node& n) {
 std::vector<Var> update_from_zeros(FunctionGraph& graph, Node& n) {
   if (scalar_op(n) != ScalarOp::sub || n.inputs.size() != 2) return {};
   const Var& c = n.inputs[0];
-  Var alpha = constant(Tensor::full({}, 1.0, c.dtype()));
-  Var u = n.inputs[1];
-  if (auto factors = match(u, ScalarOp::mul); factors && factors->size() == 2 && pattern::live_clients(graph, u) == 1)
-    for (int i = 0; i < 2; ++i)
-      if (auto s = as_scalar((*factors)[i]); s && (op_of<Gemm>((*factors)[1 - i]) || op_of<TakeInc>((*factors)[1 - i]))) {
-        alpha = *s;
-        u = (*factors)[1 - i];
-        break;
-      }
-  const Node* sum = pattern::node_of(u);
-  if (!sum || pattern::live_clients(graph, u) != 1 || c.dtype() != u.dtype()) return {};
-  auto zeros_like_c = [&](const Var& z) {
-    const Node* fill = pattern::node_of(z);
-    const auto* ew = fill ? dynamic_cast<const Elemwise*>(fill->op.get()) : nullptr;
-    return ew && ew->scalar_op() == ScalarOp::fill && fill->inputs[0].same(c) && is_scalar_constant(fill->inputs[1], 0.0);
-  };
-  if (!zeros_like_c(sum->inputs[0])) return {};
-  const Var minus_alpha = cast(-alpha, c.dtype(), n.loc);
-  if (op_of<Gemm>(u))
-    return {apply1(std::make_shared<Gemm>(), {c, sum->inputs[1], sum->inputs[2], minus_alpha * sum->inputs[3],
+  const auto term = scaled_term(graph, n.inputs[1], [&](const Var& v) {
+    const auto* inc = op_of<TakeInc>(v);
+    if (!op_of<Gemm>(v) && !(inc && !inc->set())) return false;
+    const auto zeros = pattern::zeros_like_of(v.get()->owner->inputs[0]);
+    return v.dtype() == c.dtype() && zeros && zeros->same(c);
+  });
+  if (!term) return {};
+  const Node& sum = *term->value.get()->owner;
+  const Var minus_alpha = cast(-term->alpha, c.dtype(), n.loc);
+  if (op_of<Gemm>(term->value))
+    return {apply1(std::make_shared<Gemm>(), {c, sum.inputs[1], sum.inputs[2], minus_alpha * sum.inputs[3],
                                               constant(Tensor::full({}, 1.0, c.dtype()))}, n.loc)};
-  const auto* inc = op_of<TakeInc>(u);
-  if (inc && !inc->set()) return {apply1(sum->op, {c, minus_alpha * sum->inputs[1], sum->inputs[2]}, n.loc)};
-  return {};
+  return {apply1(sum.op, {c, minus_alpha * sum.inputs[1], sum.inputs[2]}, n.loc)};
 }
 
 // x ** 2 -> sqr(x), x ** 0.5 -> sqrt(x), x ** 1 -> x
