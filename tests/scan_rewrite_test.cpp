@@ -221,3 +221,23 @@ TEST(ScanRewrites, TheRewrittenTrainingStepLearnsAsBuilt) {
   const auto a = rewritten(e.values()), b = as_built(e.values());
   for (size_t i = 0; i < a.size(); ++i) expect_values(a[i], b[i].to_vector<double>(), 1e-12);
 }
+
+// Sequence work pushed out where one pushed value feeds another that the body also reads: each
+// keeps its own new sequence (rebuild once replaced the later one again, and the rewrites of a
+// ten-layer body never settled).
+TEST(ScanPushOut, NestedSequenceWorkInADeepBodySettles) {
+  Var X = matrix("X", f64), h0 = vector("h0", f64), W = matrix("W", f64);
+  ScanResult r = scan(
+      [&](const std::vector<Var>& a) {
+        Var v = a[1];
+        for (int layer = 0; layer < 10; ++layer) v = tanh(dot(v, W) * 0.5 + a[0]);
+        return std::vector<Var>{v};
+      },
+      {.sequences = {X}, .outputs_info = {h0}});
+  const Var cost = sum(r.outputs[0]);
+  const std::vector<Var> g = grad(cost, {W, h0});
+  Function f = compare_with_plain({X, h0, W}, {cost, g[0], g[1]},
+                                  {random_tensor({4, 3}, f64, -1, 1, 16), random_tensor({3}, f64, -1, 1, 17), random_tensor({3, 3}, f64, -1, 1, 18)},
+                                  1e-10);
+  EXPECT_GE(fired(f, "scan_push_out_sequence_work"), 1);
+}
