@@ -277,6 +277,19 @@ TEST(Planner, AFailedCallLeavesSharedVariablesAsTheyWere) {
   expect_values(w.get_value(), {2, 4, 6});
 }
 
+TEST(Planner, AnUpdateThatChecksItsIndicesFirstIsWrittenInPlace) {
+  // inc_take checks every index before it writes a row: as the last op that may fail it still
+  // writes w's new value into w's own buffer, and a bad index leaves w as it was.
+  Shared w = shared(Tensor::from({1.0, 2.0, 3.0}, {3}), "w");
+  Var i = vector("i", i64), v = vector("v", f64);
+  Function f = function({i, v}, {}, {.updates = {{w, inc_subtensor(take(w, i), v)}}});
+  EXPECT_EQ(f.memory_report({{2}, {2}}).result_bytes, 0);
+  expect_error<ShapeError>([&] { f(Tensor::from<int64_t>({0, 7}, {2}), Tensor::from({10.0, 20.0}, {2})); }, {"out of bounds"});
+  expect_values(w.get_value(), {1, 2, 3});
+  f(Tensor::from<int64_t>({2, 2}, {2}), Tensor::from({10.0, 20.0}, {2}));
+  expect_values(w.get_value(), {1, 2, 33});
+}
+
 TEST(Runtime, ProfileCountsCallsTimeAndBytesPerOp) {
   Var x = matrix("x", f32), w = matrix("w", f32);
   Function f = function({x, w}, {tanh(dot(x, w))}, {.mode = Mode("plain", {}), .profile = true});

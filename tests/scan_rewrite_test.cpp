@@ -41,6 +41,19 @@ int loops(const Function& f) {
   return n;
 }
 
+// The number of outputs of each loop of the compiled function, in the order graph_text lists them.
+std::vector<int> loop_outputs(const Function& f) {
+  std::istringstream lines(inner_graphs(f));
+  std::vector<int> counts;
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind("scan{", 0) == 0) {
+      const size_t end = line.find(" outputs}");
+      const size_t start = line.rfind(' ', end - 1) + 1;
+      counts.push_back(std::stoi(line.substr(start, end - start)));
+    }
+  return counts;
+}
+
 int occurrences(const std::string& text, const std::string& what) {
   int n = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
@@ -153,6 +166,42 @@ TEST(ScanPushOut, AccumulatedGradientsAreSummedAfterTheLoop) {
   Function as_built = compile(e.inputs(), outputs, without_scan_rewrites());
   const std::vector<Shape> shapes{{5}, {64}, {64, 64}, {64, 64}, {64}};
   EXPECT_LT(f.memory_report(shapes).planned_peak_bytes, as_built.memory_report(shapes).planned_peak_bytes);
+}
+
+TEST(ScanPushOut, GradientTermsSummedToTheirShapesAreOneStackedValue) {
+  // The gradients of W_x (rows), W_h (outer products) and b (a sum) accumulate the same term,
+  // each summed down to its own shape per step: the loop hands out that term once, and each
+  // accumulation sums it down after the loop (nothing to sum here: the planner hands it on).
+  const Elman e;
+  const Var loss = sum(e.run().outputs[0] * e.run().outputs[0]);
+  const std::vector<Var> grads = grad(loss, {e.W_x, e.W_h, e.b});
+  std::vector<Var> outputs{loss};
+  outputs.insert(outputs.end(), grads.begin(), grads.end());
+  Function f = compare_with_plain(e.inputs(), outputs, e.values(), 1e-12);
+  std::vector<int> counts = loop_outputs(f);
+  std::sort(counts.begin(), counts.end());
+  EXPECT_EQ(counts, (std::vector<int>{1, 2})) << inner_graphs(f);  // the states; their gradient and the one term
+  // And where a step's term is broadcast (a bias of one element), the sum down happens after the loop.
+  Var x = matrix("x", f64), h0 = vector("h0", f64), W = matrix("W", f64), c = vector("c", f64);
+  ScanResult r = scan([&](const std::vector<Var>& a) { return std::vector<Var>{tanh(dot(a[0], W) + dot(a[1], W) + c)}; },
+                      {.sequences = {x}, .outputs_info = {h0}});
+  const Var cost = sum(r.outputs[0]);
+  const std::vector<Var> g = grad(cost, {W, c});
+  compare_with_plain({x, h0, W, c}, {cost, g[0], g[1]},
+                     {random_tensor({5, 3}, f64, -1, 1, 21), random_tensor({3}, f64, -1, 1, 22), random_tensor({3, 3}, f64, -1, 1, 23),
+                      random_tensor({1}, f64, -1, 1, 24)},
+                     1e-12);
+}
+
+TEST(ScanPushOut, ElementwiseSequenceWorkThatFeedsTheRecurrenceStaysInTheBody) {
+  // exp(x_t) is read only by the recurrence: inside it fuses with the step's other elementwise
+  // work; moved out it would hold one row per step.
+  Var x = matrix("x", f64), h0 = vector("h0", f64);
+  ScanResult r = scan([&](const std::vector<Var>& a) { return std::vector<Var>{a[1] * 0.5 + exp(a[0])}; },
+                      {.sequences = {x}, .outputs_info = {h0}});
+  Function f = compare_with_plain({x, h0}, r.outputs[0], {random_tensor({6, 4}, f64, -1, 1, 25), random_tensor({4}, f64, -1, 1, 26)});
+  EXPECT_EQ(fired(f, "scan_push_out_sequence_work"), 0);
+  EXPECT_EQ(occurrences(inner_graphs(f), "exp"), 1) << inner_graphs(f);
 }
 
 TEST(ScanMerge, LoopsOverTheSameStepsRunAsOne) {

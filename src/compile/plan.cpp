@@ -252,7 +252,9 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
         if (out != static_cast<int>(o) || !borrowed[src] || borrowed_taken[src] || results.count(src) || !replaceable(src))
           continue;
         const int shared_slot = update_into[src] >= 0 ? src : -1;
-        if ((shared_slot >= 0 && static_cast<int>(k) <= last_fallible) || !may_hold(shared_slot)) continue;
+        const bool may_still_fail = static_cast<int>(k) < last_fallible ||
+                                    (static_cast<int>(k) == last_fallible && !ins.node->op->checks_values_before_writing());
+        if ((shared_slot >= 0 && may_still_fail) || !may_hold(shared_slot)) continue;
         plan.reuse_input[s] = src;
         borrowed_taken[src] = gifted = true;
         buffer_of[s] = static_cast<int>(buffers.size());

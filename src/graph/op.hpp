@@ -90,6 +90,9 @@ class Op {
   // out of range), which planning cannot rule out. The planner writes a shared variable in place
   // only after the last such op, so a call that fails leaves every shared variable as it was.
   virtual bool may_fail_on_values() const { return true; }
+  // Whether every check on values happens before the op writes its output: then, as the last op
+  // that may fail, it may still write a shared variable in place (a failure leaves it untouched).
+  virtual bool checks_values_before_writing() const { return false; }
 
   // The graph the op runs inside it (a scan's body), for printing; null for most ops.
   virtual const InnerGraph* inner_graph() const { return nullptr; }

@@ -151,8 +151,12 @@ void reduce_into(ReduceKind kind, const Tensor& in, const Tensor& out, std::span
         auto sequential = [](auto combine) { return SequentialRun<O, T, decltype(combine)>{combine}; };
         auto times = [](O a, O b) { return static_cast<O>(a * b); };
         // Floats start from -inf (+inf), so max({-inf}) is -inf; a NaN wins and stays.
-        auto larger = [](O a, O b) { return (b > a || b != b) ? b : a; };
-        auto smaller = [](O a, O b) { return (b < a || b != b) ? b : a; };
+        auto is_nan = [](O v) {
+          if constexpr (std::is_floating_point_v<O>) return std::isnan(v);
+          else return false;
+        };
+        auto larger = [is_nan](O a, O b) { return (b > a || is_nan(b)) ? b : a; };
+        auto smaller = [is_nan](O a, O b) { return (b < a || is_nan(b)) ? b : a; };
         switch (kind) {
           case ReduceKind::prod: return reduce_loop<O, T>(in, po, n_out, axes, O(1), times, sequential(times));
           case ReduceKind::max: return reduce_loop<O, T>(in, po, n_out, axes, lowest_of<O>(), larger, sequential(larger));

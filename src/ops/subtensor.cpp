@@ -348,6 +348,7 @@ class TakeIncKernel final : public KernelOf<TakeInc> {
     const bool set = op().set();
     const std::string name = op().name();
     Tensor& o = out[0];
+    if (!set && o.dtype() == DType::b8) throw TypeError(name + ": cannot increment b8 values");
     copy_broadcast(o, in[0]);
     Shape region = Take(axis).infer_shapes({in[0].shape(), in[2].shape()}, {})[0];
     Tensor y = broadcast_to(in[1], region, name).contiguous();
@@ -361,8 +362,8 @@ class TakeIncKernel final : public KernelOf<TakeInc> {
       for_each_take_row(o, in[2], axis, name, [&](int64_t oi, int64_t j, int64_t row) {
         T* dst = po + (oi * n + row) * inner;
         const T* src = py + (oi * k + j) * inner;
-        if (set) std::copy_n(src, inner, dst);
-        else if constexpr (std::is_same_v<T, bool>) throw TypeError(name + ": cannot increment b8 values");
+        if constexpr (std::is_same_v<T, bool>) std::copy_n(src, inner, dst);
+        else if (set) std::copy_n(src, inner, dst);
         else for (int64_t i = 0; i < inner; ++i) dst[i] += src[i];
       });
     });

@@ -82,6 +82,7 @@ class TakeInc final : public Op {
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
   std::vector<std::pair<int, int>> inplace_options() const override { return {{0, 0}}; }
+  bool checks_values_before_writing() const override { return true; }  // every index, then the rows
 
  private:
   int64_t axis_;

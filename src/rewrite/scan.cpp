@@ -11,6 +11,7 @@
 #include "ops/blas.hpp"
 #include "ops/elemwise.hpp"
 #include "ops/patterns.hpp"
+#include "ops/reduce.hpp"
 #include "ops/scan.hpp"
 #include "ops/shape.hpp"
 #include "ops/subtensor.hpp"
@@ -434,18 +435,31 @@ std::vector<Var> push_out_sequence_work(FunctionGraph&, Node& node) {
   const std::unordered_set<const Node*> valued = value_nodes(p.roots());
   std::unordered_map<const Variable*, Var> batched;
   for (const auto& [input, at] : body.sequence_tap) batched[input] = p.rows_read(at.first, at.second);
-  std::vector<Node*> pushed;
+  std::vector<Node*> batchable;
   for (Node* n : order) {
     if (!valued.count(n) || body.dependence(n->output(0)) != Dependence::sequences) continue;
     const Var b = batched_node(*n, body, batched);
     if (!b.defined()) continue;
     batched[n->outputs[0].get()] = b;
-    pushed.push_back(n);
+    batchable.push_back(n);
   }
-  // The pushed values the body still reads become sequences of their own.
-  std::unordered_set<const Node*> is_pushed(pushed.begin(), pushed.end());
-  const std::unordered_set<const Variable*> decides_shape = shape_deciding(order);
+  // Batching pays for products and lookups (one matrix product instead of n vector products) and
+  // for what the loop hands out directly (no loop at all when that is all of it). Elementwise work
+  // read by work that stays fuses into the body for free, and moved out it would hold n rows.
   const auto read_by = readers(order);
+  std::unordered_set<const Node*> is_pushed;
+  for (auto it = batchable.rbegin(); it != batchable.rend(); ++it) {
+    Node* n = *it;
+    bool pays = body.is_root(n->output(0)) || !(dynamic_cast<const Elemwise*>(n->op.get()) || dynamic_cast<const DimShuffle*>(n->op.get()));
+    if (auto r = read_by.find(n->outputs[0].get()); r != read_by.end())
+      for (const Node* reader : r->second) pays = pays || is_pushed.count(reader);
+    if (pays) is_pushed.insert(n);
+  }
+  std::vector<Node*> pushed;
+  for (Node* n : batchable)
+    if (is_pushed.count(n)) pushed.push_back(n);
+  // The pushed values the body still reads become sequences of their own.
+  const std::unordered_set<const Variable*> decides_shape = shape_deciding(order);
   std::unordered_map<const Variable*, Var> inside;
   for (Node* n : pushed) {
     const Var v = n->output(0);
@@ -475,6 +489,57 @@ std::vector<Var> push_out_sequence_work(FunctionGraph&, Node& node) {
     if (rows[i].defined()) r[i] = rows[i];
   return r;
 }
+
+// ---- values of the body seen from outside ----
+
+// Body values that depend only on shapes of the body's inputs (no step changes those: every step
+// reads rows of the same shape) and on non-sequences or constants, rebuilt in the outer graph; an
+// undefined Var where a value depends on what a step reads.
+class ShapeLifter {
+ public:
+  ShapeLifter(const Parts& p, const BodyAnalysis& body, const Loc& loc) : p_(p), body_(body), loc_(loc) {}
+
+  Var value(const Var& v) {
+    if (auto it = values_.find(v.get()); it != values_.end()) return it->second;
+    Var lifted;
+    if (v.get()->constant) lifted = v;
+    else if (body_.is_non_sequence(v)) lifted = body_.non_sequence_outer.at(v.get());
+    else if (const Node* n = v.get()->owner; n && dynamic_cast<const ShapeOf*>(n->op.get())) lifted = shape(n->inputs[0]);
+    else if (n) {
+      std::vector<Var> in;
+      for (const Var& x : n->inputs)
+        if (in.push_back(value(x)); !in.back().defined()) return values_[v.get()] = Var();
+      lifted = apply(n->op, in, loc_)[static_cast<size_t>(v.get()->index)];
+    }
+    return values_[v.get()] = lifted;
+  }
+
+  Var shape(const Var& v) {
+    if (auto it = shapes_.find(v.get()); it != shapes_.end()) return it->second;
+    Var lifted;
+    if (v.get()->constant) lifted = shape_of(v, loc_);
+    else if (body_.is_non_sequence(v)) lifted = shape_of(body_.non_sequence_outer.at(v.get()), loc_);
+    else if (auto tap = body_.sequence_tap.find(v.get()); tap != body_.sequence_tap.end())
+      lifted = slice(shape_of(p_.sequences[tap->second.first].outer, loc_), 0, 1, std::nullopt, 1, loc_);
+    else if (const Node* n = v.get()->owner) {
+      std::vector<bool> value_inputs(n->inputs.size(), false);
+      for (int i : n->op->needs_input_values())
+        if (i < static_cast<int>(value_inputs.size())) value_inputs[static_cast<size_t>(i)] = true;
+      std::vector<Var> in;
+      for (size_t i = 0; i < n->inputs.size(); ++i)
+        if (in.push_back(value_inputs[i] ? value(n->inputs[i]) : shape(n->inputs[i])); !in.back().defined()) return shapes_[v.get()] = Var();
+      lifted = apply1(std::make_shared<InferredShape>(n->op, v.get()->index, v.ndim(), value_inputs), in, loc_);
+    }
+    // A fed-back row stays undefined: its shape is the loop's to decide.
+    return shapes_[v.get()] = lifted;
+  }
+
+ private:
+  const Parts& p_;
+  const BodyAnalysis& body_;
+  Loc loc_;
+  std::unordered_map<const Variable*, Var> values_, shapes_;
+};
 
 // ---- push out accumulation ----
 
@@ -561,9 +626,20 @@ std::vector<Var> push_out_accumulation(FunctionGraph& graph, Node& node) {
   Parts out = p;
   std::unordered_map<const Variable*, size_t> new_output;
   std::vector<std::pair<const Variable*, Var>> pending;  // body value -> placeholder until assembled
-  auto stacked = [&](const Var& v) -> Var {
+  ShapeLifter outside(p, body, node.loc);
+  std::function<Var(const Var&)> stacked = [&](const Var& v) -> Var {
     if (auto it = body.sequence_tap.find(v.get()); it != body.sequence_tap.end()) return p.rows_read(it->second.first, it->second.second);
     if (body.dependence(v) == Dependence::invariant) return Var();
+    // A gradient summed down to a shape no step changes: the rows summed down after the loop, so
+    // the terms of several accumulations (summed to their own shapes) are one stacked value.
+    if (const Node* n = v.get()->owner; n && dynamic_cast<const SumToShape*>(n->op.get()))
+      if (const Var target = outside.value(n->inputs[1]); target.defined())
+        if (const Var rows = stacked(n->inputs[0]); rows.defined()) {
+          std::vector<bool> broadcastable{false};
+          for (bool b : v.type().broadcastable) broadcastable.push_back(b);
+          const Var steps = slice(shape_of(rows, node.loc), 0, 0, 1, 1, node.loc);
+          return apply1(std::make_shared<SumToShape>(broadcastable), {rows, concatenate({steps, target}, 0, node.loc)}, node.loc);
+        }
     if (auto it = new_output.find(v.get()); it != new_output.end()) return pending[it->second].second;
     new_output[v.get()] = pending.size();
     const Var slot = tensor(v.dtype(), std::vector<bool>(static_cast<size_t>(v.ndim()) + 1, false), "stacked");
