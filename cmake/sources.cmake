@@ -29,6 +29,8 @@ set(KILN_SOURCES
   src/exec/backend.cpp
   src/exec/run_node.cpp
   src/grad/grad.cpp
+  src/grad/rop.cpp
+  src/grad/jacobian.cpp
   src/rewrite/engine.cpp
   src/rewrite/catalogue.cpp
   src/rewrite/merge.cpp

@@ -20,6 +20,16 @@ Var grad(const Var& cost, const Var& wrt, GradOptions options = {});
 std::vector<Var> Lop(const std::vector<Var>& f, const std::vector<Var>& wrt, const std::vector<Var>& eval_points,
                      GradOptions options = {});
 
+// Forward mode, Jacobian-vector products: sum over j of d f[i] / d wrt[j] . eval_points[j], for
+// each f[i] (eval_points[j] has wrt[j]'s rank and, when it runs, its shape).
+std::vector<Var> Rop(const std::vector<Var>& f, const std::vector<Var>& wrt, const std::vector<Var>& eval_points,
+                     GradOptions options = {});
+// d y / d x, of shape y.shape + x.shape, built with a scan over y's elements (one gradient per
+// step), so the graph does not grow with y's length. A 0-d y gives grad(y, x).
+Var jacobian(const Var& y, const Var& x, GradOptions options = {});
+// The second derivative of a 0-d cost, of shape x.shape + x.shape: jacobian(grad(cost, x), x).
+Var hessian(const Var& cost, const Var& x, GradOptions options = {});
+
 struct VerifyOptions {
   double eps = 0;       // relative step; 0: per dtype (f64 1e-7, f32 3e-4), as Theano
   double abs_tol = 0;   // 0: per dtype (f64 1e-4, f32 1e-2)
@@ -31,5 +41,9 @@ struct VerifyOptions {
 // the input and element that differ.
 void verify_grad(const std::function<Var(std::vector<Var>)>& fn, const std::vector<Tensor>& at,
                  VerifyOptions options = {});
+// Checks Rop of fn at `at` in random directions against central finite differences along those
+// directions; raises GradError naming the output element that differs.
+void verify_rop(const std::function<Var(std::vector<Var>)>& fn, const std::vector<Tensor>& at,
+                VerifyOptions options = {});
 
 }  // namespace kiln

@@ -14,6 +14,16 @@ namespace kiln {
 
 namespace {
 
+// The first node of the program whose output shape planning could not tell: where an unknown
+// shape comes from.
+std::string first_unknown_shape(const Program& code, const MemoryPlan& plan) {
+  for (const Instruction& ins : code.code)
+    if (ins.kind == Instruction::Kind::run)
+      for (int s : ins.outputs)
+        if (!plan.shape[static_cast<size_t>(s)]) return ins.node->op->name() + ", " + ins.node->origin();
+  return "an input";
+}
+
 class CompiledInner final : public InnerProgram {
  public:
   CompiledInner(const InnerGraph& inner, const Mode& mode, const InnerCompiler& compiler)
@@ -29,10 +39,11 @@ class CompiledInner final : public InnerProgram {
   std::vector<Shape> output_shapes(const std::vector<Shape>& input_shapes) const override {
     const std::shared_ptr<const MemoryPlan> p = plan(input_shapes);
     std::vector<Shape> shapes;
-    for (int s : program(p->schedule).result_slots) {
+    const Program& code = program(p->schedule);
+    for (int s : code.result_slots) {
       const std::optional<Shape>& shape = p->shape[static_cast<size_t>(s)];
-      if (!shape) throw ShapeError("an inner graph computes an output whose shape is known only while it runs; a loop's steps must "
-                                      "compute values of shapes known before it starts");
+      if (!shape) throw ShapeError("an inner graph computes an output whose shape is known only while it runs (from " +
+                                   first_unknown_shape(code, *p) + "); a loop's steps must compute values of shapes known before it starts");
       shapes.push_back(*shape);
     }
     return shapes;

@@ -3,6 +3,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "grad/backprop.hpp"
 #include "graph/function_graph.hpp"
 #include "graph/inner_gradient.hpp"
 #include "graph/op.hpp"
@@ -12,9 +13,6 @@
 
 namespace kiln {
 
-namespace {
-
-// Reverse accumulation from seeded roots; returns the gradient of each wrt (undefined if none).
 std::vector<Var> backprop(const std::vector<std::pair<Var, Var>>& seeds, const std::vector<Var>& wrt) {
   std::vector<Var> roots;
   for (const auto& s : seeds) roots.push_back(s.first);
@@ -82,6 +80,8 @@ std::vector<Var> backprop(const std::vector<std::pair<Var, Var>>& seeds, const s
   return out;
 }
 
+namespace {
+
 std::vector<Var> finish(std::vector<Var> grads, const std::vector<Var>& wrt, const GradOptions& options, const char* who) {
   for (size_t i = 0; i < wrt.size(); ++i) {
     if (grads[i].defined()) {
@@ -110,8 +110,10 @@ std::vector<Var> inner_graph_vjp(const std::vector<Var>& f, const std::vector<Va
 
 }  // namespace
 
+void provide_vjp_of_inner_graphs() { provide_inner_vjp(inner_graph_vjp); }
+
 std::vector<Var> grad(const Var& cost, const std::vector<Var>& wrt, GradOptions options) {
-  provide_inner_vjp(inner_graph_vjp);
+  provide_vjp_of_inner_graphs();
   if (!cost.defined()) throw GradError("grad: the cost is an empty Var");
   if (cost.ndim() != 0)
     throw GradError("grad: the cost must be a scalar (0-d), got " + cost.type().str() + "; sum() or mean() it first");
@@ -128,7 +130,7 @@ Var grad(const Var& cost, const Var& wrt, GradOptions options) { return grad(cos
 
 std::vector<Var> Lop(const std::vector<Var>& f, const std::vector<Var>& wrt, const std::vector<Var>& eval_points,
                      GradOptions options) {
-  provide_inner_vjp(inner_graph_vjp);
+  provide_vjp_of_inner_graphs();
   if (f.size() != eval_points.size())
     throw GradError("Lop: " + std::to_string(f.size()) + " outputs but " + std::to_string(eval_points.size()) +
                     " eval points; give one per output");

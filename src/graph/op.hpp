@@ -72,6 +72,14 @@ class Op {
   // Vector-Jacobian product: symbolic gradients of the inputs given the outputs' gradients
   // (undefined Var for an output without gradient). An undefined result means "no gradient".
   virtual std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const;
+  // Jacobian-vector product: the outputs' tangents given the inputs' (undefined Var: zero; an
+  // undefined result: zero). std::nullopt, the default, asks the autodiff layer to build it from
+  // L_op (the transpose of the vector-Jacobian product); an op overrides it where a direct form
+  // is cheaper.
+  virtual std::optional<std::vector<Var>> R_op(const Node& node, const std::vector<Var>& input_tangents) const {
+    (void)node, (void)input_tangents;
+    return std::nullopt;
+  }
 
   // {output, input}: that output is a view of that input (the executable sets it).
   virtual std::vector<std::pair<int, int>> view_map() const { return {}; }

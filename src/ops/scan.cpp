@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -828,6 +829,33 @@ Built build_scan(const std::function<std::vector<Var>(const std::vector<Var>&)>&
     for (const Var& in : n->inputs) any = any || is_inside(in);
     for (const auto& o : n->outputs) inside[o.get()] = any;
   }
+  // Shape arithmetic on outside values (shape_of(x), its elements, their products) that a body op
+  // reads to decide a shape is computed in the body, from the captured value's shape: captured,
+  // it would be a value the body's plan does not know, and the body's shapes must follow from its
+  // inputs' shapes (a gradient taken in the body reshapes to shape_of(x) this way).
+  std::unordered_map<const Variable*, bool> arithmetic;
+  std::function<bool(const Var&)> is_shape_arithmetic = [&](const Var& v) -> bool {
+    const Node* n = v.get()->owner;
+    if (!n) return v.get()->constant.has_value();
+    if (auto it = arithmetic.find(v.get()); it != arithmetic.end()) return it->second;
+    bool shape_only = dynamic_cast<const ShapeOf*>(n->op.get()) != nullptr;
+    if (!shape_only) {
+      shape_only = is_integer(v.dtype());
+      for (const Var& in : n->inputs) shape_only = shape_only && (is_inside(in) || is_shape_arithmetic(in));
+    }
+    return arithmetic[v.get()] = shape_only;
+  };
+  std::function<void(const Var&)> pull_in = [&](const Var& v) {
+    const Node* n = v.get()->owner;
+    if (!n || is_inside(v)) return;
+    for (const auto& o : n->outputs) inside[o.get()] = true;
+    if (dynamic_cast<const ShapeOf*>(n->op.get())) return;  // its operand is captured as a value
+    for (const Var& in : n->inputs) pull_in(in);
+  };
+  for (Node* n : order)
+    if (inside[n->outputs[0].get()])
+      for (int i : n->op->needs_input_values())
+        if (const Var& v = n->inputs[static_cast<size_t>(i)]; !is_inside(v) && is_shape_arithmetic(v)) pull_in(v);
   std::vector<Var> implicit_outer, implicit_inputs;
   auto bring_in = [&](const Var& v) {
     if (is_inside(v) || v.get()->constant) return;

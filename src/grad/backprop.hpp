@@ -1,0 +1,16 @@
+#pragma once
+#include <utility>
+#include <vector>
+
+#include "kiln/graph.hpp"
+
+namespace kiln {
+
+// Reverse accumulation from seeded roots (each root with its output gradient); the gradient of
+// each wrt, undefined where none reaches it. grad, Lop and the transpose Rop builds share it.
+std::vector<Var> backprop(const std::vector<std::pair<Var, Var>>& seeds, const std::vector<Var>& wrt);
+
+// Lets the ops that hold an inner graph (scan) differentiate it (graph/inner_gradient.hpp).
+void provide_vjp_of_inner_graphs();
+
+}  // namespace kiln
