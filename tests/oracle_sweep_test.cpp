@@ -1,9 +1,9 @@
 // The oracle sweep (as ggml's test-backend-ops): every op, every dtype it accepts, contiguous,
 // transposed, strided and broadcast operands, unfused (plain) and fused (fast_run), planned and
 // checked against an unplanned run (debug), 1 and 2 threads, every instruction set this CPU runs,
-// against plain references written here; every differentiable op through verify_grad in f64,
-// also at magnitudes of 10^3 to 10^4 where the op is stabilized. Each test prints how many
-// combinations it ran.
+// against plain references written here; every differentiable op through verify_grad and
+// verify_rop in f64, also at magnitudes of 10^3 to 10^4 where the op is stabilized. Each test
+// prints how many combinations it ran.
 #include <functional>
 #include <iostream>
 #include <limits>
@@ -601,7 +601,7 @@ Tensor away_from_zero(const Shape& shape, uint64_t seed) {  // |x| in [0.5, 2]: 
 }
 }  // namespace
 
-TEST(OracleSweep, EveryDifferentiableOpPassesVerifyGradInF64) {
+TEST(OracleSweep, EveryDifferentiableOpPassesVerifyGradAndVerifyRopInF64) {
   const Tensor m = random_tensor({3, 4}, f64, -2, 2, 1), m2 = random_tensor({3, 4}, f64, -2, 2, 2);
   const Tensor row = random_tensor({1, 4}, f64, -2, 2, 3), pos = random_tensor({3, 4}, f64, 0.5, 3, 4);
   const Tensor nz = away_from_zero({3, 4}, 5), vec = random_tensor({4}, f64, -2, 2, 6);
@@ -684,7 +684,8 @@ TEST(OracleSweep, EveryDifferentiableOpPassesVerifyGradInF64) {
   for (const GradientCase& c : cases) {
     SCOPED_TRACE(c.name);
     EXPECT_NO_THROW(verify_grad(c.fn, c.at, c.options)) << c.name;
+    EXPECT_NO_THROW(verify_rop(c.fn, c.at, c.options)) << c.name;
     ++checked;
   }
-  std::cout << "gradient sweep: " << checked << " ops checked with verify_grad in f64\n";
+  std::cout << "gradient sweep: " << checked << " ops checked with verify_grad and verify_rop in f64\n";
 }

@@ -129,3 +129,11 @@ TEST(Rop, VerifyRopReportsAProductThatDiffersFromFiniteDifferences) {
   expect_error<GradError>([] { verify_rop([](std::vector<Var> a) { return ifelse(sum(a[0]) > 0.0, a[0] * 3.0, a[0]); }, {Tensor::zeros({1}, f64)}); },
                           {"verify_rop: the Jacobian-vector product at output element 0", "differs from finite differences"});
 }
+
+TEST(Rop, ChainsWithAStableFormCarryFiniteTangentsAtLargeValues) {
+  // exp(1000) overflows; the tangent of log(1 + exp(x)) is carried through softplus instead.
+  Var x = vector("x", f64), v = vector("v", f64);
+  const Var y = log(1.0 + exp(x)) + log(sigmoid(x));
+  const Tensor t = eval1({x, v}, Rop({y}, {x}, {v})[0], {Tensor::from(std::vector<double>{1000, -1000, 0}), Tensor::from(std::vector<double>{2, 3, 4})});
+  expect_values(t, {2, 3, 4}, 1e-12);  // (sigmoid(x) + 1 - sigmoid(x)) v
+}

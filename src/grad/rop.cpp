@@ -1,12 +1,15 @@
 // Forward mode: Jacobian-vector products carried from the wrt to the outputs, one node at a time.
 #include <string>
+#include <algorithm>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "grad/backprop.hpp"
 #include "graph/function_graph.hpp"
 #include "graph/op.hpp"
 #include "kiln/grad.hpp"
 #include "kiln/ops.hpp"
+#include "ops/stable_forms.hpp"
 
 namespace kiln {
 
@@ -54,6 +57,40 @@ std::vector<Var> node_tangents(Node& n, const std::vector<Var>& tangents) {
   return out;
 }
 
+// Carries the tangents of `tangent` forward through the graph of `roots`, node by node. A chain
+// with a stable form (log(1 + exp(x)), ...) is carried through that form, from the values it
+// reads: the chain's own tangent overflows where its value did (exp(x) at x = 1000). Not when a
+// seeded value lies inside the chain: its tangent is given.
+void carry(std::unordered_map<const Variable*, Var>& tangent, const std::vector<Var>& roots, const std::unordered_set<const Variable*>& seeded) {
+  for (Node* n : topological_order(roots)) {
+    std::vector<Var> in(n->inputs.size());
+    bool any = false;
+    for (size_t i = 0; i < n->inputs.size(); ++i)
+      if (auto it = tangent.find(n->inputs[i].get()); it != tangent.end() && is_float(n->inputs[i].dtype())) {
+        in[i] = it->second;
+        any = true;
+      }
+    if (!any) continue;
+    const DerivedFrom derived(*n, Derivation::gradient);
+    if (auto stable = stable_form(*n); stable && std::none_of(stable->skipped.begin(), stable->skipped.end(), [&](const Variable* v) { return seeded.count(v); })) {
+      std::unordered_map<const Variable*, Var> through;
+      for (const Var& r : stable->reads)
+        if (auto it = tangent.find(r.get()); it != tangent.end()) through[r.get()] = it->second;
+      carry(through, {stable->value}, seeded);
+      if (auto it = through.find(stable->value.get()); it != through.end()) tangent[n->outputs[0].get()] = cast(it->second, n->outputs[0]->type.dtype);
+      continue;
+    }
+    const std::vector<Var> out = node_tangents(*n, in);
+    for (size_t o = 0; o < n->outputs.size() && o < out.size(); ++o) {
+      if (!out[o].defined() || !is_float(n->outputs[o]->type.dtype)) continue;
+      if (out[o].ndim() != n->outputs[o]->type.ndim())
+        throw GradError(n->op->name() + ": R_op returned a tangent " + out[o].type().str() + " for output " +
+                        n->outputs[o]->type.str() + " (node " + n->origin() + ")");
+      tangent[n->outputs[o].get()] = out[o];
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<Var> Rop(const std::vector<Var>& f, const std::vector<Var>& wrt, const std::vector<Var>& eval_points, GradOptions options) {
@@ -62,6 +99,7 @@ std::vector<Var> Rop(const std::vector<Var>& f, const std::vector<Var>& wrt, con
     throw GradError("Rop: " + std::to_string(wrt.size()) + " wrt but " + std::to_string(eval_points.size()) +
                     " eval points; give one per wrt (the direction each moves in)");
   std::unordered_map<const Variable*, Var> tangent;
+  std::unordered_set<const Variable*> seeded;
   for (size_t i = 0; i < wrt.size(); ++i) {
     if (!wrt[i].defined() || !eval_points[i].defined()) throw GradError("Rop: wrt[" + std::to_string(i) + "] or its eval point is an empty Var");
     if (!is_float(wrt[i].dtype()))
@@ -72,28 +110,11 @@ std::vector<Var> Rop(const std::vector<Var>& f, const std::vector<Var>& wrt, con
                       std::to_string(i) + "] '" + wrt[i].get()->label() + "' " + wrt[i].type().str() +
                       "; it must be a float value of the same rank (and shape when it runs)");
     tangent[wrt[i].get()] = cast(eval_points[i], wrt[i].dtype());
+    seeded.insert(wrt[i].get());
   }
   for (size_t i = 0; i < f.size(); ++i)
     if (!f[i].defined()) throw GradError("Rop: f[" + std::to_string(i) + "] is an empty Var");
-  for (Node* n : topological_order(f)) {
-    std::vector<Var> in(n->inputs.size());
-    bool any = false;
-    for (size_t i = 0; i < n->inputs.size(); ++i)
-      if (auto it = tangent.find(n->inputs[i].get()); it != tangent.end() && is_float(n->inputs[i].dtype())) {
-        in[i] = it->second;
-        any = true;
-      }
-    if (!any) continue;
-    const DerivedFrom derived(*n, Derivation::gradient);
-    const std::vector<Var> out = node_tangents(*n, in);
-    for (size_t o = 0; o < n->outputs.size() && o < out.size(); ++o) {
-      if (!out[o].defined() || !is_float(n->outputs[o]->type.dtype)) continue;
-      if (out[o].ndim() != n->outputs[o]->type.ndim())
-        throw GradError(n->op->name() + ": R_op returned a tangent " + out[o].type().str() + " for output " +
-                        n->outputs[o]->type.str() + " (node " + n->origin() + ")");
-      tangent[n->outputs[o].get()] = out[o];
-    }
-  }
+  carry(tangent, f, seeded);
   std::vector<Var> result;
   for (size_t i = 0; i < f.size(); ++i) {
     if (auto it = tangent.find(f[i].get()); it != tangent.end()) {
