@@ -33,15 +33,15 @@ std::vector<Var> node_tangents(Node& n, const std::vector<Var>& tangents) {
   } catch (const GradError& e) {
     throw GradError("Rop: " + n.op->name() + " (" + n.origin() + ") has no Jacobian-vector product: " + e.what());
   }
-  Var inner;
-  for (size_t i = 0; i < n.inputs.size() && i < gins.size(); ++i) {
-    if (!tangents[i].defined() || !gins[i].defined()) continue;
-    const Var term = sum(gins[i] * cast(tangents[i], gins[i].dtype()));
-    inner = inner.defined() ? inner + term : term;
-  }
+  // Each L_op result seeded with its input's tangent: the gradient of the sum of <L_op(u)_i,
+  // dx_i> without the sum, whose gradient would broadcast through L_op(u)_i's value and so
+  // compute it for its shape alone.
+  std::vector<std::pair<Var, Var>> seeds;
+  for (size_t i = 0; i < n.inputs.size() && i < gins.size(); ++i)
+    if (tangents[i].defined() && gins[i].defined()) seeds.push_back({gins[i], cast(tangents[i], gins[i].dtype())});
   std::vector<Var> out(n.outputs.size());
-  if (!inner.defined()) return out;
-  const std::vector<Var> jv = backprop({{inner, ones_like(inner)}}, wrt);
+  if (seeds.empty()) return out;
+  const std::vector<Var> jv = backprop(seeds, wrt);
   std::unordered_map<const Variable*, Var> own_outputs;
   std::vector<Var> defined;
   for (size_t o = 0; o < n.outputs.size(); ++o)
