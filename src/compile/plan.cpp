@@ -154,10 +154,18 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
   }
   for (const auto& sh : p.shared_slots) external[sh.first] = true;
   for (const auto& c : p.constant_slots) external[c.first] = true;
+  // Values read (their elements, not only their shapes) by each instruction.
+  auto reads_values = [&](const Instruction& ins) {
+    std::vector<int> read(ins.inputs.begin(), ins.inputs.end());
+    if (ins.kind == Instruction::Kind::run)
+      for (int i : ins.node->op->shape_only_inputs()) read[static_cast<size_t>(i)] = -1;
+    return read;
+  };
   std::vector<int> last_use(n_slots, -1);
   for (size_t k = 0; k < p.code.size(); ++k)
     if (!plan.precomputed[k])
-      for (int s : p.code[k].inputs) last_use[s] = static_cast<int>(k);
+      for (int s : reads_values(p.code[k]))
+        if (s >= 0) last_use[s] = static_cast<int>(k);
   std::unordered_set<int> results(p.result_slots.begin(), p.result_slots.end());
   const int end_of_call = static_cast<int>(p.code.size());
   for (int s : p.result_slots) last_use[s] = end_of_call;
@@ -282,8 +290,8 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
       plan.scratch_offset[k] = -1;
     }
     // Readers keep what they read alive; through views, the viewed buffer.
-    for (int s : ins.inputs) {
-      const int b = buffer_of[root[s]];
+    for (int s : reads_values(ins)) {
+      const int b = s >= 0 ? buffer_of[root[s]] : -1;
       if (b >= 0) extend(b, static_cast<int>(k));
     }
     for (int s : ins.outputs) {

@@ -85,6 +85,9 @@ class Op {
   virtual std::vector<std::pair<int, int>> view_map() const { return {}; }
   // {output, input}: that output may be written into that input's buffer; the planner decides.
   virtual std::vector<std::pair<int, int>> inplace_options() const { return {}; }
+  // Inputs read for their shape alone (fill(x, v): v shaped like x): the planner may reuse their
+  // buffers before this op runs, which then sees their shapes, never their elements.
+  virtual std::vector<int> shape_only_inputs() const { return {}; }
 
   // For inputs and outputs of these shapes, the input that output 0 is unchanged, if any
   // (sum_to_shape of a value that already has the target shape): the planner then hands that

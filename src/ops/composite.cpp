@@ -540,6 +540,20 @@ void CompositeKernel::run(InputValues in, OutputValues out, std::span<std::byte>
 
 void add_composite_kernels(KernelTable& table) { table.add<Composite, CompositeKernel>(); }
 
+std::vector<int> Composite::shape_only_inputs() const {
+  std::vector<bool> for_values(static_cast<size_t>(n_inputs_), false), read(static_cast<size_t>(n_inputs_), false);
+  for (const ScalarInstruction& ins : program_)
+    for (size_t a = 0; a < ins.args.size(); ++a)
+      if (const int r = ins.args[a]; r < n_inputs_) {
+        read[static_cast<size_t>(r)] = true;
+        if (!(ins.op == ScalarOp::fill && a == 0)) for_values[static_cast<size_t>(r)] = true;
+      }
+  std::vector<int> inputs;
+  for (int i = 0; i < n_inputs_; ++i)
+    if (read[static_cast<size_t>(i)] && !for_values[static_cast<size_t>(i)]) inputs.push_back(i);
+  return inputs;
+}
+
 std::vector<std::pair<int, int>> Composite::inplace_options() const {
   // The last instruction writes the result's block directly; an n-ary one (a * b * c) writes its
   // first pair before it reads the third operand onwards, which therefore may not be overwritten.

@@ -42,6 +42,8 @@ class Composite final : public Op {
   // that block of the result is written (except an n-ary last instruction's later operands), and
   // a reduction writes only at the end.
   std::vector<std::pair<int, int>> inplace_options() const override;
+  // Inputs the program reads only as fill's shape operand.
+  std::vector<int> shape_only_inputs() const override;
 
   // Whether a reduction over these axes of an ndim-dimensional value can be fused.
   static bool fusable_axes(const std::vector<int64_t>& axes, int64_t ndim);

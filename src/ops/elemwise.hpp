@@ -24,6 +24,7 @@ class Elemwise final : public Op {
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
   std::vector<std::pair<int, int>> inplace_options() const override;
+  std::vector<int> shape_only_inputs() const override { return op_ == ScalarOp::fill ? std::vector<int>{0} : std::vector<int>{}; }
   bool may_fail_on_values() const override { return false; }
 
  private:
