@@ -11,6 +11,13 @@ std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
 
 Tensor f64_vector(std::vector<double> v) { return Tensor::from(v); }
 
+// Both derivatives of a loop: the gradient (the loop run backwards) and the Jacobian-vector
+// product (a loop carrying tangents), each against finite differences.
+void verify_grad_and_rop(const std::function<Var(std::vector<Var>)>& fn, const std::vector<Tensor>& at) {
+  verify_grad(fn, at);
+  verify_rop(fn, at);
+}
+
 }  // namespace
 
 // ---- The loop ----
@@ -252,7 +259,7 @@ TEST(ScanErrors, ShapesKnownAtRunTimeAreChecked) {
 // ---- Gradients (back-propagation through time), against finite differences ----
 
 TEST(ScanGrad, ElmanNetwork) {
-  verify_grad(
+  verify_grad_and_rop(
       [](std::vector<Var> v) {
         const Var &X = v[0], &h0 = v[1], &W = v[2], &U = v[3], &b = v[4];
         ScanResult r = scan([&](const std::vector<Var>& a) { return std::vector<Var>{tanh(dot(a[0], W) + dot(a[1], U) + b)}; },
@@ -264,7 +271,7 @@ TEST(ScanGrad, ElmanNetwork) {
 }
 
 TEST(ScanGrad, TwoTapRecurrenceReachesTheInitialRows) {
-  verify_grad(
+  verify_grad_and_rop(
       [](std::vector<Var> v) {
         const Var &x = v[0], &init = v[1], &a = v[2], &b = v[3];
         ScanResult r = scan([&](const std::vector<Var>& in) { return std::vector<Var>{a * in[1] + b * tanh(in[2]) + in[0]}; },
@@ -275,7 +282,7 @@ TEST(ScanGrad, TwoTapRecurrenceReachesTheInitialRows) {
 }
 
 TEST(ScanGrad, SequenceTapsAndOutputsNotFedBack) {
-  verify_grad(
+  verify_grad_and_rop(
       [](std::vector<Var> v) {
         const Var &x = v[0], &s0 = v[1];
         ScanResult r = scan(
@@ -290,7 +297,7 @@ TEST(ScanGrad, SequenceTapsAndOutputsNotFedBack) {
 }
 
 TEST(ScanGrad, LstmCell) {
-  verify_grad(
+  verify_grad_and_rop(
       [](std::vector<Var> v) {
         const Var &X = v[0], &W = v[1], &U = v[2], &h0 = v[3], &c0 = v[4];
         ScanResult r = scan(
@@ -309,7 +316,7 @@ TEST(ScanGrad, LstmCell) {
 }
 
 TEST(ScanGrad, GoBackwardsAndReduce) {
-  verify_grad(
+  verify_grad_and_rop(
       [](std::vector<Var> v) {
         Var back = scan([&](const std::vector<Var>& a) { return std::vector<Var>{a[1] * v[2] + a[0] * a[0]}; },
                         {.sequences = {v[0]}, .outputs_info = {v[1]}, .go_backwards = true})
@@ -321,7 +328,7 @@ TEST(ScanGrad, GoBackwardsAndReduce) {
 }
 
 TEST(ScanGrad, UntilDifferentiatesTheStepsRun) {
-  verify_grad(
+  verify_grad_and_rop(
       [](std::vector<Var> v) {
         ScanResult r = scan(
             [&](const std::vector<Var>& a) {
@@ -336,7 +343,7 @@ TEST(ScanGrad, UntilDifferentiatesTheStepsRun) {
 
 TEST(ScanGrad, IntegerSequenceLooksUpRows) {
   Var ids = vector("ids", i64);
-  verify_grad(
+  verify_grad_and_rop(
       [&](std::vector<Var> v) {
         ScanResult r = scan([&](const std::vector<Var>& a) { return std::vector<Var>{tanh(v[0][VarIndex(a[0])] + a[1])}; },
                             {.sequences = {constant(Tensor::from(std::vector<int64_t>{2, 0, 2, 1}))}, .outputs_info = {v[1]}});
@@ -346,7 +353,7 @@ TEST(ScanGrad, IntegerSequenceLooksUpRows) {
 }
 
 TEST(ScanGrad, NestedScan) {
-  verify_grad(
+  verify_grad_and_rop(
       [](std::vector<Var> v) {
         ScanResult r = scan(
             [&](const std::vector<Var>& a) {
@@ -375,4 +382,31 @@ TEST(ScanGrad, TruncateGradientStopsAfterKStepsBack) {
   g = eval({x, s0}, cumulative(5), at);
   expect_values(g[0], {1, 1, 1, 1, 1});
   expect_values(g[1], {1});
+}
+
+// ---- Forward mode ----
+
+TEST(ScanRop, TheTangentsAreOneLoopReadingTheStates) {
+  Var X = matrix("X", f64), h0 = vector("h0", f64), W = matrix("W", f64), U = matrix("U", f64), vW = matrix("vW", f64), vU = matrix("vU", f64);
+  ScanResult r = scan([&](const std::vector<Var>& a) { return std::vector<Var>{tanh(dot(a[0], W) + dot(a[1], U))}; },
+                      {.sequences = {X}, .outputs_info = {h0}});
+  const Var tangent = Rop({r.outputs[0]}, {W, U}, {vW, vU})[0];
+  Function f = function({X, h0, W, U, vW, vU}, {r.outputs[0], tangent});
+  const std::string text = f.graph_text();
+  int loops = 0;
+  for (size_t at = text.find("\nscan{"); at != std::string::npos; at = text.find("\nscan{", at + 1)) ++loops;
+  EXPECT_EQ(loops, 2) << text;  // the states, then their tangents
+  // The tangent of a state is the directional derivative: compare with a small step along (vW, vU).
+  const std::vector<Tensor> at{random_tensor({5, 3}, f64, -1, 1, 1), random_tensor({4}, f64, -1, 1, 2), random_tensor({3, 4}, f64, -1, 1, 3),
+                               random_tensor({4, 4}, f64, -1, 1, 4), random_tensor({3, 4}, f64, -1, 1, 5), random_tensor({4, 4}, f64, -1, 1, 6)};
+  const std::vector<Tensor> out = f(at);
+  const double eps = 1e-6;
+  auto moved = [&](double t) {
+    std::vector<Tensor> m = at;
+    m[2] = (eval1({W, vW}, W + t * vW, {at[2], at[4]}));
+    m[3] = (eval1({U, vU}, U + t * vU, {at[3], at[5]}));
+    return f(m)[0].to_vector<double>();
+  };
+  const std::vector<double> up = moved(eps), down = moved(-eps), tangent_values = out[1].to_vector<double>();
+  for (size_t i = 0; i < up.size(); ++i) EXPECT_NEAR(tangent_values[i], (up[i] - down[i]) / (2 * eps), 1e-7);
 }

@@ -6,6 +6,7 @@
 
 #include "grad/backprop.hpp"
 #include "graph/function_graph.hpp"
+#include "graph/inner_gradient.hpp"
 #include "graph/op.hpp"
 #include "kiln/grad.hpp"
 #include "kiln/ops.hpp"
@@ -91,10 +92,16 @@ void carry(std::unordered_map<const Variable*, Var>& tangent, const std::vector<
   }
 }
 
+// For the ops that carry tangents through an inner graph (graph/inner_gradient.hpp).
+std::vector<Var> inner_graph_jvp(const std::vector<Var>& f, const std::vector<Var>& wrt, const std::vector<Var>& eval_points) {
+  return Rop(f, wrt, eval_points, {.disconnected_inputs = DisconnectedInputs::zero});
+}
+
 }  // namespace
 
 std::vector<Var> Rop(const std::vector<Var>& f, const std::vector<Var>& wrt, const std::vector<Var>& eval_points, GradOptions options) {
   provide_vjp_of_inner_graphs();
+  provide_inner_jvp(inner_graph_jvp);
   if (wrt.size() != eval_points.size())
     throw GradError("Rop: " + std::to_string(wrt.size()) + " wrt but " + std::to_string(eval_points.size()) +
                     " eval points; give one per wrt (the direction each moves in)");

@@ -13,4 +13,10 @@ using InnerVjp = std::vector<Var> (*)(const std::vector<Var>& f, const std::vect
 void provide_inner_vjp(InnerVjp vjp);
 std::vector<Var> inner_vjp(const std::vector<Var>& f, const std::vector<Var>& wrt, const std::vector<Var>& eval_points);
 
+// Its forward twin, the Jacobian-vector product of an inner graph (for R_op), provided by Rop:
+// outputs the wrt do not reach get zeros.
+using InnerJvp = InnerVjp;
+void provide_inner_jvp(InnerJvp jvp);
+std::vector<Var> inner_jvp(const std::vector<Var>& f, const std::vector<Var>& wrt, const std::vector<Var>& eval_points);
+
 }  // namespace kiln

@@ -103,7 +103,7 @@ class Node : public std::enable_shared_from_this<Node> {
   // or one of its values got or lost readers): the rewrite engine revisits only changed nodes.
   mutable uint64_t changed_at = 0;
 
-  Var output(size_t i);  // a Var that keeps this node alive
+  Var output(size_t i) const;  // a Var that keeps this node alive
   std::string where() const;   // "file:line", with "(gradient)" or "(rewritten)" for derived nodes
   std::string origin() const;  // "built at file:line", "in the gradient of the node built at file:line", ...
 };

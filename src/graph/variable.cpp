@@ -40,7 +40,7 @@ Node::~Node() {
   }
 }
 
-Var Node::output(size_t i) {
+Var Node::output(size_t i) const {
   // Aliasing constructor: the Var keeps the whole node (and so its inputs) alive.
   return Var(std::shared_ptr<Variable>(shared_from_this(), outputs.at(i).get()));
 }

@@ -330,7 +330,7 @@ void add_elemwise_kernels(KernelTable& table) { table.add<Elemwise, ElemwiseKern
 std::vector<Var> Elemwise::L_op(const Node& node, const std::vector<Var>& gouts) const {
   const Loc loc = node.loc;
   const std::vector<Var>& x = node.inputs;
-  const Var y = const_cast<Node&>(node).output(0);
+  const Var y = node.output(0);
   const Var& g = gouts[0];
   std::vector<Var> gin(x.size());
   auto differentiable = [&](size_t i) { return is_float(x[i].dtype()); };

@@ -56,7 +56,7 @@ std::vector<Shape> JoinSplit::infer_shapes(const std::vector<Shape>& in, const s
 std::vector<Var> JoinSplit::L_op(const Node& node, const std::vector<Var>& gouts) const {
   std::vector<Var> parts;
   for (size_t i = 0; i < gouts.size(); ++i)
-    parts.push_back(gouts[i].defined() ? gouts[i] : zeros_like(const_cast<Node&>(node).output(i), node.loc));
+    parts.push_back(gouts[i].defined() ? gouts[i] : zeros_like(node.output(i), node.loc));
   std::vector<Var> g{concatenate(parts, axis_, node.loc)};
   g.resize(node.inputs.size());
   return g;

@@ -69,7 +69,7 @@ std::vector<Shape> Softmax::infer_shapes(const std::vector<Shape>& in, const std
 
 std::vector<Var> Softmax::L_op(const Node& node, const std::vector<Var>& gouts) const {
   const Loc loc = node.loc;
-  const Var y = const_cast<Node&>(node).output(0);
+  const Var y = node.output(0);
   const Var& g = gouts[0];
   if (log_) return {g - exp(y, loc) * sum(g, {axis_}, true, loc)};
   return {apply1(std::make_shared<SoftmaxGrad>(axis_), {g, y}, loc)};

@@ -367,7 +367,7 @@ std::vector<Var> Reduce::L_op(const Node& node, const std::vector<Var>& gouts) c
   const Var& x = node.inputs[0];
   if (!is_float(x.dtype())) return {Var()};
   const int64_t nd = x.ndim();
-  Var y = expand_reduced(const_cast<Node&>(node).output(0), axes_, nd, loc);
+  Var y = expand_reduced(node.output(0), axes_, nd, loc);
   Var g = expand_reduced(gouts[0], axes_, nd, loc);
   switch (kind_) {
     case ReduceKind::sum: return {fill_like(x, g, loc)};
@@ -411,7 +411,7 @@ std::vector<Shape> LogSumExp::infer_shapes(const std::vector<Shape>& in, const s
 
 std::vector<Var> LogSumExp::L_op(const Node& node, const std::vector<Var>& gouts) const {
   const Var& x = node.inputs[0];
-  Var y = expand_reduced(const_cast<Node&>(node).output(0), axes_, x.ndim(), node.loc);
+  Var y = expand_reduced(node.output(0), axes_, x.ndim(), node.loc);
   Var g = expand_reduced(gouts[0], axes_, x.ndim(), node.loc);
   return {g * exp(x - y)};
 }

@@ -454,7 +454,7 @@ std::vector<Var> Scan::L_op(const Node& node, const std::vector<Var>& gouts) con
   for (int64_t k : loop.keep)
     if (k > 0) throw Error(name() + " (" + node.origin() + "): no gradient of a scan that keeps only its last rows");
   std::vector<Var> grads(node.inputs.size()), outputs;
-  for (size_t o = 0; o < node.outputs.size(); ++o) outputs.push_back(const_cast<Node&>(node).output(o));
+  for (size_t o = 0; o < node.outputs.size(); ++o) outputs.push_back(node.output(o));
   auto carries = [&](size_t j) { return is_float(outputs[j].dtype()); };
   bool any = false;
   for (size_t j = 0; j < loop.n_outputs(); ++j) any = any || (gouts[j].defined() && carries(j));
@@ -898,6 +898,95 @@ Built build_scan(const std::function<std::vector<Var>(const std::vector<Var>&)>&
 }
 
 }  // namespace
+
+// The tangents of a loop are a loop of their own: each step reads the states this loop already
+// computed (its stacked rows, as sequences) and carries the tangents of the fed-back outputs as
+// its own fed-back outputs, from the tangents of the initial values. A loop that stops early or
+// keeps only its last rows takes the general construction (std::nullopt).
+std::optional<std::vector<Var>> Scan::R_op(const Node& node, const std::vector<Var>& tangents) const {
+  const ScanLoop& loop = loop_;
+  if (loop.has_until || std::any_of(loop.keep.begin(), loop.keep.end(), [](int64_t k) { return k > 0; })) return std::nullopt;
+  const Loc& loc = node.loc;
+  const size_t n_seq = loop.n_sequences(), n_out = loop.n_outputs(), n_non = loop.n_non_sequences;
+  const size_t first_initial = 1 + n_seq, first_non = first_initial + static_cast<size_t>(std::count_if(
+      loop.output_taps.begin(), loop.output_taps.end(), [](const std::vector<int>& t) { return !t.empty(); }));
+  auto is_float_tangent = [&](size_t input) { return tangents[input].defined() && is_float(node.inputs[input].dtype()); };
+
+  ScanArgs args;
+  if (!loop.steps_from_sequences) args.n_steps = node.inputs[0];
+  std::vector<size_t> seq_with_tangent, non_with_tangent, fed_back;
+  for (size_t i = 0; i < n_seq; ++i) args.sequences.push_back({node.inputs[1 + i], loop.sequence_taps[i]});
+  for (size_t i = 0; i < n_seq; ++i)
+    if (is_float_tangent(1 + i)) {
+      args.sequences.push_back({cast(tangents[1 + i], node.inputs[1 + i].dtype(), loc), loop.sequence_taps[i]});
+      seq_with_tangent.push_back(i);
+    }
+  // The states as sequences: output j's row t + lead + tap is what step t read at that tap.
+  for (size_t j = 0; j < n_out; ++j) {
+    if (loop.output_taps[j].empty()) continue;
+    std::vector<int> taps;
+    for (int tap : loop.output_taps[j]) taps.push_back(tap + static_cast<int>(loop.lead_rows(j)));
+    args.sequences.push_back({node.output(j), taps});
+    fed_back.push_back(j);
+  }
+  size_t initial = first_initial;
+  for (size_t j = 0; j < n_out; ++j) {
+    if (loop.output_taps[j].empty()) {
+      args.outputs_info.push_back(std::nullopt);
+      continue;
+    }
+    const Var& init = node.inputs[initial];
+    const Var start = is_float_tangent(initial) ? cast(tangents[initial], init.dtype(), loc) : zeros_like(init, loc);
+    args.outputs_info.push_back(Taps{start, loop.output_taps[j]});
+    ++initial;
+  }
+  for (size_t m = 0; m < n_non; ++m) args.non_sequences.push_back(node.inputs[first_non + m]);
+  for (size_t m = 0; m < n_non; ++m)
+    if (is_float_tangent(first_non + m)) {
+      args.non_sequences.push_back(cast(tangents[first_non + m], node.inputs[first_non + m].dtype(), loc));
+      non_with_tangent.push_back(m);
+    }
+
+  auto step = [&](const std::vector<Var>& a) {
+    // a: sequence taps (the sequences, their tangents, the states), tangent taps, non-sequences
+    // and their tangents, in the order args lists them.
+    size_t at = 0;
+    std::unordered_map<const Variable*, Var> primal;
+    std::vector<Var> wrt, directions;
+    for (size_t i = 0; i < n_seq; ++i)
+      for (size_t k = 0; k < loop.sequence_taps[i].size(); ++k) primal[loop.body.inputs[loop.first_sequence_input(i) + k].get()] = a[at++];
+    for (size_t i : seq_with_tangent)
+      for (size_t k = 0; k < loop.sequence_taps[i].size(); ++k) {
+        wrt.push_back(primal.at(loop.body.inputs[loop.first_sequence_input(i) + k].get()));
+        directions.push_back(a[at++]);
+      }
+    for (size_t j : fed_back)
+      for (size_t k = 0; k < loop.output_taps[j].size(); ++k) primal[loop.body.inputs[loop.first_output_input(j) + k].get()] = a[at++];
+    for (size_t j : fed_back)
+      for (size_t k = 0; k < loop.output_taps[j].size(); ++k) {
+        wrt.push_back(primal.at(loop.body.inputs[loop.first_output_input(j) + k].get()));
+        directions.push_back(a[at++]);
+      }
+    for (size_t m = 0; m < n_non; ++m) primal[loop.body.inputs[loop.first_non_sequence_input() + m].get()] = a[at++];
+    for (size_t m : non_with_tangent) {
+      wrt.push_back(primal.at(loop.body.inputs[loop.first_non_sequence_input() + m].get()));
+      directions.push_back(a[at++]);
+    }
+    const std::vector<Var> values(loop.body.outputs.begin(), loop.body.outputs.begin() + static_cast<int64_t>(n_out));
+    std::vector<Var> float_wrt, float_directions;
+    for (size_t w = 0; w < wrt.size(); ++w)
+      if (is_float(wrt[w].dtype())) float_wrt.push_back(wrt[w]), float_directions.push_back(directions[w]);
+    const std::vector<Var> outputs = rebuild(values, primal);
+    std::vector<Var> carried = inner_jvp(outputs, float_wrt, float_directions);
+    for (size_t j = 0; j < n_out; ++j) carried[j] = cast(carried[j], outputs[j].dtype(), loc);
+    return carried;
+  };
+  const Built built = build_scan(step, std::move(args), loc);
+  std::vector<Var> out(node.outputs.size());
+  for (size_t j = 0; j < n_out; ++j)
+    if (is_float(node.outputs[j]->type.dtype)) out[j] = built.stacked[j];
+  return out;
+}
 
 ScanResult scan(const std::function<std::vector<Var>(const std::vector<Var>&)>& fn, ScanArgs args, Loc loc) {
   const Built built = build_scan(fn, std::move(args), loc);

@@ -66,6 +66,8 @@ class Scan final : public Op {
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
   std::vector<int> needs_input_values() const override { return {0}; }
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+  // One loop carrying the tangents, reading the states from this loop's rows.
+  std::optional<std::vector<Var>> R_op(const Node& node, const std::vector<Var>& input_tangents) const override;
   const InnerGraph* inner_graph() const override { return &loop_.body; }
 
   // The number of steps for these outer input shapes and n_steps; ShapeError, naming the scan,
