@@ -79,3 +79,15 @@ TEST(Hessian, OfAnMlpLossMatchesFiniteDifferencesOfItsGradient) {
   expect_values(h, numeric_jacobian(g, {at}, 0), 1e-7);
   expect_error<GradError>([&] { hessian(dot(constant(X), W1), w); }, {"hessian: the cost must be a scalar"});
 }
+
+TEST(Hessian, OfAnRnnLossMatchesFiniteDifferencesOfItsGradient) {
+  Var xs = matrix("xs", f64), W = matrix("W", f64), h0 = vector("h0", f64);
+  ScanResult r = scan([&](const std::vector<Var>& a) { return std::vector<Var>{tanh(dot(a[1], W) + a[0])}; },
+                      {.sequences = {xs}, .outputs_info = {h0}});
+  const Var loss = sum(r.outputs[0] * r.outputs[0]);
+  const std::vector<Tensor> at{random_tensor({4, 3}, f64, -1, 1, 10), random_tensor({3, 3}, f64, -1, 1, 11), random_tensor({3}, f64, -1, 1, 12)};
+  Function g = function({xs, W, h0}, {grad(loss, W)});
+  const Tensor h = eval1({xs, W, h0}, hessian(loss, W), at);
+  EXPECT_EQ(h.shape(), (Shape{3, 3, 3, 3}));
+  expect_values(h, numeric_jacobian(g, at, 1), 1e-7);
+}

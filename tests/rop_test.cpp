@@ -116,6 +116,12 @@ TEST(Rop, BadEvalPointsAndDisconnectedOutputsAreClearErrors) {
   Var x = matrix("x", f64), y = matrix("y", f64), v = vector("v", f64);
   expect_error<GradError>([&] { Rop({tanh(x)}, {x}, {v}); }, {"Rop: eval point 0", "f64[?]", "'x'", "same rank"});
   expect_error<GradError>([&] { Rop({tanh(x)}, {x}, {}); }, {"1 wrt but 0 eval points"});
+  // Of the right rank but another shape: broadcasting would take it silently; the call says so.
+  Var m = matrix("m", f64);
+  Function f = function({x, m}, {Rop({tanh(x)}, {x}, {m})[0]});
+  expect_error<ShapeError>([&] { f(Tensor::ones({2, 3}, f64), Tensor::ones({1, 3}, f64)); },
+                           {"Rop: eval point 0 (for wrt[0] 'x') has shape (1,3) but must have shape (2,3)", "rop_test.cpp"});
+  expect_values(f(Tensor::zeros({1, 2}, f64), Tensor::ones({1, 2}, f64))[0], {1, 1});
   expect_error<GradError>([&] { Rop({tanh(y)}, {x}, {x}); }, {"does not depend on any wrt", "DisconnectedInputs::zero"});
   const Var zero = Rop({tanh(y)}, {x}, {x}, {.disconnected_inputs = DisconnectedInputs::zero})[0];
   expect_values(eval1({x, y}, zero, {Tensor::ones({2, 2}, f64), Tensor::ones({2, 2}, f64)}), {0, 0, 0, 0});

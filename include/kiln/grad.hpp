@@ -23,7 +23,7 @@ std::vector<Var> Lop(const std::vector<Var>& f, const std::vector<Var>& wrt, con
 // Forward mode, Jacobian-vector products: sum over j of d f[i] / d wrt[j] . eval_points[j], for
 // each f[i] (eval_points[j] has wrt[j]'s rank and, when it runs, its shape).
 std::vector<Var> Rop(const std::vector<Var>& f, const std::vector<Var>& wrt, const std::vector<Var>& eval_points,
-                     GradOptions options = {});
+                     GradOptions options = {}, Loc loc = Loc::current());
 // d y / d x, of shape y.shape + x.shape, built with a scan over y's elements (one gradient per
 // step), so the graph does not grow with y's length. A 0-d y gives grad(y, x).
 Var jacobian(const Var& y, const Var& x, GradOptions options = {});

@@ -10,6 +10,7 @@
 #include "graph/op.hpp"
 #include "kiln/grad.hpp"
 #include "kiln/ops.hpp"
+#include "ops/shape.hpp"
 #include "ops/stable_forms.hpp"
 
 namespace kiln {
@@ -94,12 +95,12 @@ void carry(std::unordered_map<const Variable*, Var>& tangent, const std::vector<
 
 // For the ops that carry tangents through an inner graph (graph/inner_gradient.hpp).
 std::vector<Var> inner_graph_jvp(const std::vector<Var>& f, const std::vector<Var>& wrt, const std::vector<Var>& eval_points) {
-  return Rop(f, wrt, eval_points, {.disconnected_inputs = DisconnectedInputs::zero});
+  return Rop(f, wrt, eval_points, {.disconnected_inputs = DisconnectedInputs::zero}, Loc::current());
 }
 
 }  // namespace
 
-std::vector<Var> Rop(const std::vector<Var>& f, const std::vector<Var>& wrt, const std::vector<Var>& eval_points, GradOptions options) {
+std::vector<Var> Rop(const std::vector<Var>& f, const std::vector<Var>& wrt, const std::vector<Var>& eval_points, GradOptions options, Loc loc) {
   provide_vjp_of_inner_graphs();
   provide_inner_jvp(inner_graph_jvp);
   if (wrt.size() != eval_points.size())
@@ -116,7 +117,10 @@ std::vector<Var> Rop(const std::vector<Var>& f, const std::vector<Var>& wrt, con
       throw GradError("Rop: eval point " + std::to_string(i) + " " + eval_points[i].type().str() + " does not match wrt[" +
                       std::to_string(i) + "] '" + wrt[i].get()->label() + "' " + wrt[i].type().str() +
                       "; it must be a float value of the same rank (and shape when it runs)");
-    tangent[wrt[i].get()] = cast(eval_points[i], wrt[i].dtype());
+    // Broadcasting would take an eval point of another shape silently: it must have wrt's own.
+    tangent[wrt[i].get()] = shaped_like(cast(eval_points[i], wrt[i].dtype()), wrt[i],
+                                        "Rop: eval point " + std::to_string(i) + " (for wrt[" + std::to_string(i) + "] '" + wrt[i].get()->label() + "')",
+                                        loc);
     seeded.insert(wrt[i].get());
   }
   for (size_t i = 0; i < f.size(); ++i)

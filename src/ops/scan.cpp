@@ -912,8 +912,17 @@ std::optional<std::vector<Var>> Scan::R_op(const Node& node, const std::vector<V
       loop.output_taps.begin(), loop.output_taps.end(), [](const std::vector<int>& t) { return !t.empty(); }));
   auto is_float_tangent = [&](size_t input) { return tangents[input].defined() && is_float(node.inputs[input].dtype()); };
 
+  // The same number of steps as this loop, whatever the rows of the tangents' sequences.
   ScanArgs args;
-  if (!loop.steps_from_sequences) args.n_steps = node.inputs[0];
+  args.n_steps = node.inputs[0];
+  if (loop.steps_from_sequences) {
+    Var n;
+    for (size_t i = 0; i < n_seq; ++i) {
+      const Var rows = shape_of(node.inputs[1 + i], loc)[VarIndex(0, loc)] - loop.spread(i);
+      n = n.defined() ? minimum(n, rows, loc) : rows;
+    }
+    args.n_steps = n;
+  }
   std::vector<size_t> seq_with_tangent, non_with_tangent, fed_back;
   for (size_t i = 0; i < n_seq; ++i) args.sequences.push_back({node.inputs[1 + i], loop.sequence_taps[i]});
   for (size_t i = 0; i < n_seq; ++i)

@@ -182,6 +182,15 @@ class ReshapeKernel final : public KernelOf<Reshape> {
   }
 };
 
+class ShapedLikeKernel final : public KernelOf<ShapedLike> {
+ public:
+  using KernelOf::KernelOf;
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
+    op().infer_shapes({in[0].shape(), in[1].shape()}, {});
+    set_view(out[0], in[0], in[0].shape(), in[0].strides(), in[0].offset());
+  }
+};
+
 class ShapeOfKernel final : public KernelOf<ShapeOf> {
  public:
   using KernelOf::KernelOf;
@@ -213,7 +222,23 @@ void add_shape_kernels(KernelTable& table) {
   table.add<DimShuffle, DimShuffleKernel>();
   table.add<Reshape, ReshapeKernel>();
   table.add<ShapeOf, ShapeOfKernel>();
+  table.add<ShapedLike, ShapedLikeKernel>();
   table.add<InferredShape, InferredShapeKernel>();
+}
+
+std::vector<Type> ShapedLike::infer_types(const std::vector<Type>& in) const {
+  if (in[0].ndim() != in[1].ndim())
+    throw TypeError(what_ + " is " + in[0].str() + " but must have the rank of " + in[1].str());
+  return {in[0]};
+}
+
+std::vector<Shape> ShapedLike::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
+  if (in[0] != in[1]) throw ShapeError(what_ + " has shape " + shape_str(in[0]) + " but must have shape " + shape_str(in[1]));
+  return {in[0]};
+}
+
+Var shaped_like(const Var& x, const Var& like, const std::string& what, const Loc& loc) {
+  return apply1(std::make_shared<ShapedLike>(what), {x, like}, loc);
 }
 
 Var pad_left(const Var& v, int64_t ndim, const Loc& loc) {

@@ -45,6 +45,27 @@ class Reshape final : public Op {
   int64_t flatten_to_;
 };
 
+// x, checked to have the shape of `like` (read for its shape alone): a ShapeError naming `what`
+// when they differ. Planning hands x on, so it costs nothing; it guards values that must match
+// another's shape where broadcasting would silently accept them (Rop's eval points).
+class ShapedLike final : public Op {
+ public:
+  explicit ShapedLike(std::string what) : what_(std::move(what)) {}
+  void params(OpParams& out) const override { out << std::vector<char>(what_.begin(), what_.end()); }
+  std::string name() const override { return "shaped_like"; }
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override { return {output_grads[0], Var()}; }
+  std::vector<std::pair<int, int>> view_map() const override { return {{0, 0}}; }
+  std::vector<int> shape_only_inputs() const override { return {1}; }
+  std::optional<int> forwards_input(const std::vector<Shape>&, const std::vector<Shape>&) const override { return 0; }
+  bool may_fail_on_values() const override { return false; }
+
+ private:
+  std::string what_;
+};
+Var shaped_like(const Var& x, const Var& like, const std::string& what, const Loc& loc);
+
 class ShapeOf final : public Op {
  public:
   void params(OpParams&) const override {}
