@@ -1,6 +1,6 @@
 // Forward mode: Jacobian-vector products carried from the wrt to the outputs, one node at a time.
-#include <string>
 #include <algorithm>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -22,7 +22,7 @@ namespace {
 // sum_i <L_op(u)_i, dx_i> = <u, J dx> is linear in u, and its gradient in u is J dx. That
 // gradient does not depend on u's value, so u becomes the node's own output (same type, same
 // shape) and no stand-in is left in the graph.
-std::vector<Var> node_tangents(Node& n, const std::vector<Var>& tangents) {
+std::vector<Var> node_tangents(const Node& n, const std::vector<Var>& tangents) {
   if (std::optional<std::vector<Var>> own = n.op->R_op(n, tangents)) return *own;
   std::vector<Var> stand_ins, wrt;
   for (const auto& out : n.outputs) {
