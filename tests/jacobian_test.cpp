@@ -78,6 +78,10 @@ TEST(Hessian, OfAnMlpLossMatchesFiniteDifferencesOfItsGradient) {
   EXPECT_EQ(h.shape(), (Shape{9, 9}));
   expect_values(h, numeric_jacobian(g, {at}, 0), 1e-7);
   expect_error<GradError>([&] { hessian(dot(constant(X), W1), w); }, {"hessian: the cost must be a scalar"});
+  Var z = vector("z", f64);
+  expect_error<GradError>([&] { jacobian(z * 2.0, w); }, {"jacobian of y f64[?] in x 'w'", "does not depend on", "DisconnectedInputs::zero"});
+  expect_values(eval1({z, w}, jacobian(z * 2.0, w, {.disconnected_inputs = DisconnectedInputs::zero}), {Tensor::from(std::vector<double>{1, 2}), at}),
+                std::vector<double>(18, 0.0));
 }
 
 TEST(Hessian, OfAnRnnLossMatchesFiniteDifferencesOfItsGradient) {

@@ -127,6 +127,11 @@ TEST(Rop, BadEvalPointsAndDisconnectedOutputsAreClearErrors) {
   expect_values(eval1({x, y}, zero, {Tensor::ones({2, 2}, f64), Tensor::ones({2, 2}, f64)}), {0, 0, 0, 0});
   Var i = vector("i", i64);
   expect_error<GradError>([&] { Rop({x}, {i}, {v}); }, {"integer and boolean values have no derivative"});
+  // An integer value on the way (argmax) carries no tangent: what follows it is disconnected.
+  Var w = vector("w", f64);
+  expect_error<GradError>([&] { Rop({cast(argmax(w, {0}), f64)}, {w}, {w}); }, {"does not depend on any wrt"});
+  const Var through_argmax = Rop({cast(argmax(w, {0}), f64) + w}, {w}, {w})[0];
+  expect_values(eval1({w}, through_argmax, {Tensor::from(std::vector<double>{1, 3})}), {1, 3});
 }
 
 TEST(Rop, VerifyRopReportsAProductThatDiffersFromFiniteDifferences) {

@@ -29,6 +29,7 @@ std::vector<Var> node_tangents(const Node& n, const std::vector<Var>& tangents) 
     stand_ins.push_back(is_float(out->type.dtype) ? tensor(out->type.dtype, out->type.broadcastable, "u") : Var());
     if (stand_ins.back().defined()) wrt.push_back(stand_ins.back());
   }
+  if (wrt.empty()) return std::vector<Var>(n.outputs.size());  // integer outputs carry no tangent (argmax)
   std::vector<Var> gins;
   try {
     gins = n.op->L_op(n, stand_ins);
