@@ -225,6 +225,22 @@ TEST(ScanPushOut, AMapWhoseWorkIsAllPushedOutLeavesNoLoop) {
   EXPECT_EQ(loops(f), 0) << f.graph_text();
 }
 
+TEST(ScanMerge, StatesBothLoopsComputeAreKeptOnce) {
+  // The second loop computes the first one's state again beside a value of its own (as a loop of
+  // tangents does): merged, the loop keeps one copy of the state.
+  Var x = vector("x", f64), s0 = scalar("s0", f64);
+  ScanResult first = scan([](const std::vector<Var>& a) { return std::vector<Var>{a[1] * a[0] + 1.0}; }, {.sequences = {x}, .outputs_info = {s0}});
+  ScanResult second = scan(
+      [](const std::vector<Var>& a) {
+        const Var s = a[1] * a[0] + 1.0;
+        return std::vector<Var>{s, a[2] + s * s};
+      },
+      {.sequences = {x}, .outputs_info = {s0, s0}});
+  Function f = compare_with_plain({x, s0}, {first.outputs[0], second.outputs[0], second.outputs[1]},
+                                  {Tensor::from(std::vector<double>{0.5, 1, 2}), Tensor::scalar(0.25)});
+  EXPECT_EQ(loop_outputs(f), (std::vector<int>{2})) << inner_graphs(f);
+}
+
 TEST(ScanMerge, ALoopThatReadsAnotherStaysApart) {
   Var x = vector("x", f64), s0 = scalar("s0", f64);
   ScanResult first = scan([](const std::vector<Var>& a) { return std::vector<Var>{a[1] * a[0] + 1.0}; }, {.sequences = {x}, .outputs_info = {s0}});

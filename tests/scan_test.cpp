@@ -386,16 +386,22 @@ TEST(ScanGrad, TruncateGradientStopsAfterKStepsBack) {
 
 // ---- Forward mode ----
 
-TEST(ScanRop, TheTangentsAreOneLoopReadingTheStates) {
+namespace {
+int loops_of(const Function& f) {
+  const std::string text = f.graph_text();
+  int loops = 0;
+  for (size_t at = text.find("\nscan{"); at != std::string::npos; at = text.find("\nscan{", at + 1)) ++loops;
+  return loops;
+}
+}  // namespace
+
+TEST(ScanRop, TheTangentsRunInTheStatesOwnLoop) {
   Var X = matrix("X", f64), h0 = vector("h0", f64), W = matrix("W", f64), U = matrix("U", f64), vW = matrix("vW", f64), vU = matrix("vU", f64);
   ScanResult r = scan([&](const std::vector<Var>& a) { return std::vector<Var>{tanh(dot(a[0], W) + dot(a[1], U))}; },
                       {.sequences = {X}, .outputs_info = {h0}});
   const Var tangent = Rop({r.outputs[0]}, {W, U}, {vW, vU})[0];
   Function f = function({X, h0, W, U, vW, vU}, {r.outputs[0], tangent});
-  const std::string text = f.graph_text();
-  int loops = 0;
-  for (size_t at = text.find("\nscan{"); at != std::string::npos; at = text.find("\nscan{", at + 1)) ++loops;
-  EXPECT_EQ(loops, 2) << text;  // the states, then their tangents
+  EXPECT_EQ(loops_of(f), 1) << f.graph_text();  // the tangent loop computes the states again; scan_merge keeps one copy
   // The tangent of a state is the directional derivative: compare with a small step along (vW, vU).
   const std::vector<Tensor> at{random_tensor({5, 3}, f64, -1, 1, 1), random_tensor({4}, f64, -1, 1, 2), random_tensor({3, 4}, f64, -1, 1, 3),
                                random_tensor({4, 4}, f64, -1, 1, 4), random_tensor({3, 4}, f64, -1, 1, 5), random_tensor({4, 4}, f64, -1, 1, 6)};
@@ -403,10 +409,27 @@ TEST(ScanRop, TheTangentsAreOneLoopReadingTheStates) {
   const double eps = 1e-6;
   auto moved = [&](double t) {
     std::vector<Tensor> m = at;
-    m[2] = (eval1({W, vW}, W + t * vW, {at[2], at[4]}));
-    m[3] = (eval1({U, vU}, U + t * vU, {at[3], at[5]}));
+    m[2] = eval1({W, vW}, W + t * vW, {at[2], at[4]});
+    m[3] = eval1({U, vU}, U + t * vU, {at[3], at[5]});
     return f(m)[0].to_vector<double>();
   };
   const std::vector<double> up = moved(eps), down = moved(-eps), tangent_values = out[1].to_vector<double>();
   for (size_t i = 0; i < up.size(); ++i) EXPECT_NEAR(tangent_values[i], (up[i] - down[i]) / (2 * eps), 1e-7);
+}
+
+TEST(ScanRop, AGaussNewtonProductThroughALoopIsTwoPasses) {
+  // Lop(f, W, Rop(f, W, v)): the states with their tangents in one loop, the way back in another
+  // (the seed's "two passes"), and equal to J^T (J v) with J built by jacobian.
+  Var X = matrix("X", f64), h0 = vector("h0", f64), W = matrix("W", f64), v = matrix("v", f64);
+  ScanResult r = scan([&](const std::vector<Var>& a) { return std::vector<Var>{tanh(dot(a[1], W) + a[0])}; },
+                      {.sequences = {X}, .outputs_info = {h0}});
+  const Var y = r.outputs[0];
+  const Var gv = Lop({y}, {W}, {Rop({y}, {W}, {v})[0]})[0];
+  Function f = function({X, h0, W, v}, {y, gv});
+  EXPECT_EQ(loops_of(f), 2) << f.graph_text();
+  const Var J = reshape(jacobian(y, W), {12, 9});
+  const Var expected = reshape(dot(transpose(J), dot(J, flatten(v, 1))), {3, 3});
+  const std::vector<Tensor> at{random_tensor({4, 3}, f64, -1, 1, 7), random_tensor({3}, f64, -1, 1, 8), random_tensor({3, 3}, f64, -1, 1, 9),
+                               random_tensor({3, 3}, f64, -1, 1, 10)};
+  expect_values(f(at)[1], eval1({X, h0, W, v}, expected, at).to_vector<double>(), 1e-10);
 }

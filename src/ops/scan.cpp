@@ -899,10 +899,11 @@ Built build_scan(const std::function<std::vector<Var>(const std::vector<Var>&)>&
 
 }  // namespace
 
-// The tangents of a loop are a loop of their own: each step reads the states this loop already
-// computed (its stacked rows, as sequences) and carries the tangents of the fed-back outputs as
-// its own fed-back outputs, from the tangents of the initial values. A loop that stops early or
-// keeps only its last rows takes the general construction (std::nullopt).
+// The tangents of a loop are computed beside its states, in one loop over the same steps: its
+// body, then the body's Jacobian-vector product, with the tangents of fed-back outputs fed back
+// from the tangents of the initial values. The states are computed again here; scan_merge runs it
+// as one loop with this one and keeps one copy of each state. A loop that stops early or keeps
+// only its last rows takes the general construction (std::nullopt).
 std::optional<std::vector<Var>> Scan::R_op(const Node& node, const std::vector<Var>& tangents) const {
   const ScanLoop& loop = loop_;
   if (loop.has_until || std::any_of(loop.keep.begin(), loop.keep.end(), [](int64_t k) { return k > 0; })) return std::nullopt;
@@ -910,90 +911,74 @@ std::optional<std::vector<Var>> Scan::R_op(const Node& node, const std::vector<V
   const size_t n_seq = loop.n_sequences(), n_out = loop.n_outputs(), n_non = loop.n_non_sequences;
   const size_t first_initial = 1 + n_seq, first_non = first_initial + static_cast<size_t>(std::count_if(
       loop.output_taps.begin(), loop.output_taps.end(), [](const std::vector<int>& t) { return !t.empty(); }));
-  auto is_float_tangent = [&](size_t input) { return tangents[input].defined() && is_float(node.inputs[input].dtype()); };
+  auto has_tangent = [&](size_t input) { return tangents[input].defined() && is_float(node.inputs[input].dtype()); };
+  auto tangent_of = [&](size_t input) { return cast(tangents[input], node.inputs[input].dtype(), loc); };
 
-  // The same number of steps as this loop, whatever the rows of the tangents' sequences.
+  // The same steps: the same n_steps, or sequences whose tangents have their rows (checked).
   ScanArgs args;
-  args.n_steps = node.inputs[0];
-  if (loop.steps_from_sequences) {
-    Var n;
-    for (size_t i = 0; i < n_seq; ++i) {
-      const Var rows = shape_of(node.inputs[1 + i], loc)[VarIndex(0, loc)] - loop.spread(i);
-      n = n.defined() ? minimum(n, rows, loc) : rows;
-    }
-    args.n_steps = n;
-  }
-  std::vector<size_t> seq_with_tangent, non_with_tangent, fed_back;
+  if (!loop.steps_from_sequences) args.n_steps = node.inputs[0];
+  std::vector<size_t> seq_with_tangent, non_with_tangent;
   for (size_t i = 0; i < n_seq; ++i) args.sequences.push_back({node.inputs[1 + i], loop.sequence_taps[i]});
   for (size_t i = 0; i < n_seq; ++i)
-    if (is_float_tangent(1 + i)) {
-      args.sequences.push_back({cast(tangents[1 + i], node.inputs[1 + i].dtype(), loc), loop.sequence_taps[i]});
+    if (has_tangent(1 + i)) {
+      const Var seq = node.inputs[1 + i];
+      args.sequences.push_back({shaped_like(tangent_of(1 + i), seq, "the tangent of sequence " + std::to_string(i) + " of a scan", loc), loop.sequence_taps[i]});
       seq_with_tangent.push_back(i);
     }
-  // The states as sequences: output j's row t + lead + tap is what step t read at that tap.
-  for (size_t j = 0; j < n_out; ++j) {
-    if (loop.output_taps[j].empty()) continue;
-    std::vector<int> taps;
-    for (int tap : loop.output_taps[j]) taps.push_back(tap + static_cast<int>(loop.lead_rows(j)));
-    args.sequences.push_back({node.output(j), taps});
-    fed_back.push_back(j);
-  }
+  std::vector<std::optional<Taps>> tangent_info;
   size_t initial = first_initial;
   for (size_t j = 0; j < n_out; ++j) {
     if (loop.output_taps[j].empty()) {
       args.outputs_info.push_back(std::nullopt);
+      tangent_info.push_back(std::nullopt);
       continue;
     }
     const Var& init = node.inputs[initial];
-    const Var start = is_float_tangent(initial) ? cast(tangents[initial], init.dtype(), loc) : zeros_like(init, loc);
-    args.outputs_info.push_back(Taps{start, loop.output_taps[j]});
+    args.outputs_info.push_back(Taps{init, loop.output_taps[j]});
+    tangent_info.push_back(Taps{has_tangent(initial) ? tangent_of(initial) : zeros_like(init, loc), loop.output_taps[j]});
     ++initial;
   }
+  args.outputs_info.insert(args.outputs_info.end(), tangent_info.begin(), tangent_info.end());
   for (size_t m = 0; m < n_non; ++m) args.non_sequences.push_back(node.inputs[first_non + m]);
   for (size_t m = 0; m < n_non; ++m)
-    if (is_float_tangent(first_non + m)) {
-      args.non_sequences.push_back(cast(tangents[first_non + m], node.inputs[first_non + m].dtype(), loc));
+    if (has_tangent(first_non + m)) {
+      args.non_sequences.push_back(tangent_of(first_non + m));
       non_with_tangent.push_back(m);
     }
 
   auto step = [&](const std::vector<Var>& a) {
-    // a: sequence taps (the sequences, their tangents, the states), tangent taps, non-sequences
-    // and their tangents, in the order args lists them.
+    // a: the sequence taps (the sequences, then their tangents), the output taps (the states,
+    // then their tangents), the non-sequences, then their tangents: the order args lists them.
     size_t at = 0;
     std::unordered_map<const Variable*, Var> primal;
     std::vector<Var> wrt, directions;
-    for (size_t i = 0; i < n_seq; ++i)
-      for (size_t k = 0; k < loop.sequence_taps[i].size(); ++k) primal[loop.body.inputs[loop.first_sequence_input(i) + k].get()] = a[at++];
-    for (size_t i : seq_with_tangent)
-      for (size_t k = 0; k < loop.sequence_taps[i].size(); ++k) {
-        wrt.push_back(primal.at(loop.body.inputs[loop.first_sequence_input(i) + k].get()));
-        directions.push_back(a[at++]);
-      }
-    for (size_t j : fed_back)
-      for (size_t k = 0; k < loop.output_taps[j].size(); ++k) primal[loop.body.inputs[loop.first_output_input(j) + k].get()] = a[at++];
-    for (size_t j : fed_back)
-      for (size_t k = 0; k < loop.output_taps[j].size(); ++k) {
-        wrt.push_back(primal.at(loop.body.inputs[loop.first_output_input(j) + k].get()));
-        directions.push_back(a[at++]);
-      }
-    for (size_t m = 0; m < n_non; ++m) primal[loop.body.inputs[loop.first_non_sequence_input() + m].get()] = a[at++];
-    for (size_t m : non_with_tangent) {
-      wrt.push_back(primal.at(loop.body.inputs[loop.first_non_sequence_input() + m].get()));
+    auto bind = [&](size_t body_input) { primal[loop.body.inputs[body_input].get()] = a[at++]; };
+    auto seed = [&](size_t body_input) {
+      wrt.push_back(primal.at(loop.body.inputs[body_input].get()));
       directions.push_back(a[at++]);
-    }
-    const std::vector<Var> values(loop.body.outputs.begin(), loop.body.outputs.begin() + static_cast<int64_t>(n_out));
+    };
+    for (size_t i = 0; i < n_seq; ++i)
+      for (size_t k = 0; k < loop.sequence_taps[i].size(); ++k) bind(loop.first_sequence_input(i) + k);
+    for (size_t i : seq_with_tangent)
+      for (size_t k = 0; k < loop.sequence_taps[i].size(); ++k) seed(loop.first_sequence_input(i) + k);
+    for (size_t j = 0; j < n_out; ++j)
+      for (size_t k = 0; k < loop.output_taps[j].size(); ++k) bind(loop.first_output_input(j) + k);
+    for (size_t j = 0; j < n_out; ++j)
+      for (size_t k = 0; k < loop.output_taps[j].size(); ++k) seed(loop.first_output_input(j) + k);
+    for (size_t m = 0; m < n_non; ++m) bind(loop.first_non_sequence_input() + m);
+    for (size_t m : non_with_tangent) seed(loop.first_non_sequence_input() + m);
     std::vector<Var> float_wrt, float_directions;
     for (size_t w = 0; w < wrt.size(); ++w)
       if (is_float(wrt[w].dtype())) float_wrt.push_back(wrt[w]), float_directions.push_back(directions[w]);
-    const std::vector<Var> outputs = rebuild(values, primal);
-    std::vector<Var> carried = inner_jvp(outputs, float_wrt, float_directions);
-    for (size_t j = 0; j < n_out; ++j) carried[j] = cast(carried[j], outputs[j].dtype(), loc);
-    return carried;
+    std::vector<Var> outputs = rebuild(std::vector<Var>(loop.body.outputs.begin(), loop.body.outputs.begin() + static_cast<int64_t>(n_out)), primal);
+    const std::vector<Var> carried = inner_jvp(outputs, float_wrt, float_directions);
+    for (size_t j = 0; j < n_out; ++j) outputs.push_back(cast(carried[j], outputs[j].dtype(), loc));
+    return outputs;
   };
   const Built built = build_scan(step, std::move(args), loc);
   std::vector<Var> out(node.outputs.size());
   for (size_t j = 0; j < n_out; ++j)
-    if (is_float(node.outputs[j]->type.dtype)) out[j] = built.stacked[j];
+    if (is_float(node.outputs[j]->type.dtype)) out[j] = built.stacked[n_out + j];
   return out;
 }
 

@@ -712,8 +712,13 @@ std::vector<Var> inline_single_step(FunctionGraph&, Node& node) {
 // What decides the number of steps: n_steps, or the sequences' rows less their taps' spread.
 std::vector<std::pair<const Variable*, int64_t>> steps_key(const Parts& p) {
   if (!p.steps_from_sequences) return {{p.n_steps.get(), -1}};
+  // A sequence checked to have another's shape (shaped_like: a tangent beside its sequence) has its rows.
+  auto rows_of = [](const Var& v) {
+    const Node* n = v.get()->owner;
+    return n && dynamic_cast<const ShapedLike*>(n->op.get()) ? n->inputs[1].get() : v.get();
+  };
   std::vector<std::pair<const Variable*, int64_t>> key;
-  for (size_t i = 0; i < p.sequences.size(); ++i) key.push_back({p.sequences[i].outer.get(), p.spread(i)});
+  for (size_t i = 0; i < p.sequences.size(); ++i) key.push_back({rows_of(p.sequences[i].outer), p.spread(i)});
   std::sort(key.begin(), key.end());
   key.erase(std::unique(key.begin(), key.end()), key.end());
   return key;
@@ -723,6 +728,66 @@ bool depends_on(const Node& reader, const Node& node) {
   for (Node* n : topological_order(reader.inputs))
     if (n == &node) return true;
   return false;
+}
+
+// Whether a and b compute the same value, the pairs in `same` (body inputs) taken as equal.
+bool same_value(const Var& a, const Var& b, const std::unordered_map<const Variable*, const Variable*>& same,
+                std::unordered_map<const Variable*, const Variable*>& proven) {
+  if (a.same(b)) return true;
+  if (auto it = same.find(a.get()); it != same.end()) return it->second == b.get();
+  if (auto it = proven.find(a.get()); it != proven.end()) return it->second == b.get();
+  const auto &ca = a.get()->constant, &cb = b.get()->constant;
+  if (ca || cb)
+    return ca && cb && a.get()->type.broadcastable == b.get()->type.broadcastable && ca->dtype() == cb->dtype() && ca->shape() == cb->shape() &&
+           ca->to_vector<double>() == cb->to_vector<double>();
+  const Node *na = a.get()->owner, *nb = b.get()->owner;
+  if (!na || !nb || a.get()->index != b.get()->index || na->inputs.size() != nb->inputs.size() || !na->op->equals(*nb->op)) return false;
+  for (size_t i = 0; i < na->inputs.size(); ++i)
+    if (!same_value(na->inputs[i], nb->inputs[i], same, proven)) return false;
+  proven[a.get()] = b.get();
+  return true;
+}
+
+// Outputs of a merged loop that compute the same rows (a loop's states, computed again beside
+// their tangents): fed back alike from the same initial value, with steps equal when the taps of
+// every such pair are taken as equal. Each later one is dropped; `kept[k]` names the output that
+// stands for output k.
+std::vector<size_t> drop_equal_outputs(Parts& p) {
+  const size_t n = p.outputs.size();
+  std::vector<size_t> kept(n);
+  for (size_t k = 0; k < n; ++k) kept[k] = k;
+  std::vector<std::pair<size_t, size_t>> pairs;
+  for (size_t j = 0; j < n; ++j)
+    for (size_t k = j + 1; k < n; ++k) {
+      const Parts::Output &a = p.outputs[j], &b = p.outputs[k];
+      if (kept[k] == k && !a.taps.empty() && a.taps == b.taps && a.keep == b.keep && a.initial.same(b.initial)) {
+        pairs.push_back({j, k});
+        kept[k] = j;
+      }
+    }
+  for (bool dropped = true; dropped && !pairs.empty();) {  // assume every pair equal; drop those that are not, until none is
+    std::unordered_map<const Variable*, const Variable*> same;
+    for (auto [j, k] : pairs)
+      for (size_t t = 0; t < p.outputs[j].inputs.size(); ++t) same[p.outputs[k].inputs[t].get()] = p.outputs[j].inputs[t].get();
+    std::unordered_map<const Variable*, const Variable*> proven;
+    dropped = false;
+    for (size_t i = 0; i < pairs.size();) {
+      const auto [j, k] = pairs[i];
+      if (same_value(p.outputs[k].step, p.outputs[j].step, same, proven)) {
+        ++i;
+        continue;
+      }
+      kept[k] = k;
+      pairs.erase(pairs.begin() + static_cast<int64_t>(i));
+      dropped = true;
+    }
+  }
+  if (pairs.empty()) return kept;
+  std::unordered_map<const Variable*, Var> replace;
+  for (auto [j, k] : pairs)
+    for (size_t t = 0; t < p.outputs[j].inputs.size(); ++t) replace[p.outputs[k].inputs[t].get()] = p.outputs[j].inputs[t];
+  p.rebuild_body(replace);
+  return kept;
 }
 
 std::vector<Var> merge_loops(FunctionGraph& graph, Node& node) {
@@ -742,17 +807,43 @@ std::vector<Var> merge_loops(FunctionGraph& graph, Node& node) {
     if (!live) continue;
     const Parts q = decompose(*other);
     if (!same_steps(q) || depends_on(node, *other) || depends_on(*other, node)) continue;
+    // A sequence (same taps) or non-sequence both loops read is read once.
     Parts merged = p;
-    for (auto s : q.sequences) merged.sequences.push_back(s);
+    std::unordered_map<const Variable*, Var> shared_input;
+    for (const auto& s : q.sequences) {
+      auto same = std::find_if(p.sequences.begin(), p.sequences.end(), [&](const Parts::Sequence& t) { return t.outer.same(s.outer) && t.taps == s.taps; });
+      if (same == p.sequences.end()) merged.sequences.push_back(s);
+      else
+        for (size_t k = 0; k < s.inputs.size(); ++k) shared_input[s.inputs[k].get()] = same->inputs[k];
+    }
     for (auto o : q.outputs) {
       o.from = -2 - o.from;  // the other node's outputs
       merged.outputs.push_back(o);
     }
-    for (const auto& m : q.non_sequences) merged.non_sequences.push_back(m);
-    const Assembled a = assemble(merged);
+    for (const auto& m : q.non_sequences) {
+      auto same = std::find_if(p.non_sequences.begin(), p.non_sequences.end(), [&](const Parts::NonSequence& t) { return t.outer.same(m.outer); });
+      if (same == p.non_sequences.end()) merged.non_sequences.push_back(m);
+      else shared_input[m.input.get()] = same->input;
+    }
+    if (!shared_input.empty()) merged.rebuild_body(shared_input);
+    // What both loops compute (the states a loop of tangents computed again) is computed once.
+    const std::vector<size_t> kept = drop_equal_outputs(merged);
+    Parts once = merged;
+    once.outputs.clear();
+    std::vector<size_t> position(merged.outputs.size());
     for (size_t j = 0; j < merged.outputs.size(); ++j)
-      if (merged.outputs[j].from <= -2) graph.replace(other->output(static_cast<size_t>(-2 - merged.outputs[j].from)), a.stacked[j], "scan_merge");
-    return replacements(node, merged, a);
+      if (kept[j] == j) {
+        position[j] = once.outputs.size();
+        once.outputs.push_back(merged.outputs[j]);
+      }
+    const Assembled a = assemble(once);
+    std::vector<Var> r(node.outputs.size());
+    for (size_t j = 0; j < merged.outputs.size(); ++j) {
+      const Var stacked = a.stacked[position[kept[j]]];
+      if (const int from = merged.outputs[j].from; from <= -2) graph.replace(other->output(static_cast<size_t>(-2 - from)), stacked, "scan_merge");
+      else r[static_cast<size_t>(from)] = stacked;
+    }
+    return r;
   }
   return {};
 }
@@ -765,10 +856,12 @@ RewriteGroup scan_group() {
           {},
           {{"scan_remove_unused", scans, remove_unused},
            {"scan_inline_single_step", scans, inline_single_step},
+           // Before the push-outs: each gives its loop new sequences of its own, after which two
+           // loops over the same rows no longer look alike.
+           {"scan_merge", scans, merge_loops},
            {"scan_push_out_invariants", scans, push_out_invariants},
            {"scan_push_out_accumulation", scans, push_out_accumulation},
            {"scan_push_out_sequence_work", scans, push_out_sequence_work},
-           {"scan_merge", scans, merge_loops},
            {"scan_save_memory", scans, save_memory}}};
 }
 
