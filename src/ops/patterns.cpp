@@ -1,9 +1,17 @@
 #include "ops/patterns.hpp"
 
+#include <cstring>
+
 #include "kiln/ops.hpp"
 #include "ops/shape.hpp"
 
 namespace kiln::pattern {
+
+bool same_constant(const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
+  const Tensor ca = a.contiguous(), cb = b.contiguous();
+  return std::memcmp(ca.raw_data(), cb.raw_data(), ca.nbytes()) == 0;
+}
 
 std::optional<double> uniform_constant(const Var& v) {
   const Variable* var = v.get();

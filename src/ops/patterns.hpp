@@ -21,6 +21,9 @@ inline std::optional<std::vector<Var>> match(const Var& v, ScalarOp op) {
   return v.get()->owner->inputs;
 }
 
+// Whether two constants are one value: dtype, shape and bytes (NaN payloads and the sign of zero
+// included).
+bool same_constant(const Tensor& a, const Tensor& b);
 // The value of a constant whose elements are all equal.
 std::optional<double> uniform_constant(const Var& v);
 // True when v is a constant equal to x everywhere and every dimension has size 1, so that combining

@@ -909,8 +909,7 @@ std::optional<std::vector<Var>> Scan::R_op(const Node& node, const std::vector<V
   if (loop.has_until || std::any_of(loop.keep.begin(), loop.keep.end(), [](int64_t k) { return k > 0; })) return std::nullopt;
   const Loc& loc = node.loc;
   const size_t n_seq = loop.n_sequences(), n_out = loop.n_outputs(), n_non = loop.n_non_sequences;
-  const size_t first_initial = 1 + n_seq, first_non = first_initial + static_cast<size_t>(std::count_if(
-      loop.output_taps.begin(), loop.output_taps.end(), [](const std::vector<int>& t) { return !t.empty(); }));
+  const Layout at(loop);
   auto has_tangent = [&](size_t input) { return tangents[input].defined() && is_float(node.inputs[input].dtype()); };
   auto tangent_of = [&](size_t input) { return cast(tangents[input], node.inputs[input].dtype(), loc); };
 
@@ -918,15 +917,15 @@ std::optional<std::vector<Var>> Scan::R_op(const Node& node, const std::vector<V
   ScanArgs args;
   if (!loop.steps_from_sequences) args.n_steps = node.inputs[0];
   std::vector<size_t> seq_with_tangent, non_with_tangent;
-  for (size_t i = 0; i < n_seq; ++i) args.sequences.push_back({node.inputs[1 + i], loop.sequence_taps[i]});
+  for (size_t i = 0; i < n_seq; ++i) args.sequences.push_back({node.inputs[at.sequences + i], loop.sequence_taps[i]});
   for (size_t i = 0; i < n_seq; ++i)
-    if (has_tangent(1 + i)) {
-      const Var seq = node.inputs[1 + i];
-      args.sequences.push_back({shaped_like(tangent_of(1 + i), seq, "the tangent of sequence " + std::to_string(i) + " of a scan", loc), loop.sequence_taps[i]});
+    if (has_tangent(at.sequences + i)) {
+      const Var seq = node.inputs[at.sequences + i];
+      args.sequences.push_back({shaped_like(tangent_of(at.sequences + i), seq, "the tangent of sequence " + std::to_string(i) + " of a scan", loc), loop.sequence_taps[i]});
       seq_with_tangent.push_back(i);
     }
   std::vector<std::optional<Taps>> tangent_info;
-  size_t initial = first_initial;
+  size_t initial = at.initials;
   for (size_t j = 0; j < n_out; ++j) {
     if (loop.output_taps[j].empty()) {
       args.outputs_info.push_back(std::nullopt);
@@ -939,23 +938,23 @@ std::optional<std::vector<Var>> Scan::R_op(const Node& node, const std::vector<V
     ++initial;
   }
   args.outputs_info.insert(args.outputs_info.end(), tangent_info.begin(), tangent_info.end());
-  for (size_t m = 0; m < n_non; ++m) args.non_sequences.push_back(node.inputs[first_non + m]);
+  for (size_t m = 0; m < n_non; ++m) args.non_sequences.push_back(node.inputs[at.non_sequences + m]);
   for (size_t m = 0; m < n_non; ++m)
-    if (has_tangent(first_non + m)) {
-      args.non_sequences.push_back(tangent_of(first_non + m));
+    if (has_tangent(at.non_sequences + m)) {
+      args.non_sequences.push_back(tangent_of(at.non_sequences + m));
       non_with_tangent.push_back(m);
     }
 
   auto step = [&](const std::vector<Var>& a) {
     // a: the sequence taps (the sequences, then their tangents), the output taps (the states,
     // then their tangents), the non-sequences, then their tangents: the order args lists them.
-    size_t at = 0;
+    size_t next = 0;
     std::unordered_map<const Variable*, Var> primal;
     std::vector<Var> wrt, directions;
-    auto bind = [&](size_t body_input) { primal[loop.body.inputs[body_input].get()] = a[at++]; };
+    auto bind = [&](size_t body_input) { primal[loop.body.inputs[body_input].get()] = a[next++]; };
     auto seed = [&](size_t body_input) {
       wrt.push_back(primal.at(loop.body.inputs[body_input].get()));
-      directions.push_back(a[at++]);
+      directions.push_back(a[next++]);
     };
     for (size_t i = 0; i < n_seq; ++i)
       for (size_t k = 0; k < loop.sequence_taps[i].size(); ++k) bind(loop.first_sequence_input(i) + k);

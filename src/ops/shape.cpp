@@ -237,6 +237,13 @@ std::vector<Shape> ShapedLike::infer_shapes(const std::vector<Shape>& in, const 
   return {in[0]};
 }
 
+std::vector<bool> value_inputs(const Node& n) {
+  std::vector<bool> read(n.inputs.size(), false);
+  for (int i : n.op->needs_input_values())
+    if (i < static_cast<int>(read.size())) read[static_cast<size_t>(i)] = true;
+  return read;
+}
+
 Var shaped_like(const Var& x, const Var& like, const std::string& what, const Loc& loc) {
   return apply1(std::make_shared<ShapedLike>(what), {x, like}, loc);
 }

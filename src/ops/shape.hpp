@@ -76,6 +76,10 @@ class ShapeOf final : public Op {
   bool may_fail_on_values() const override { return false; }
 };
 
+// Per input of n: whether n's shape inference reads its value (reshape's target) rather than only
+// its shape; an InferredShape of n takes those inputs themselves and the others' shape vectors.
+std::vector<bool> value_inputs(const Node& n);
+
 // The shape of output `index` of `op`, computed by the op's shape inference alone: the op's kernel
 // never runs. Input i is the shape vector of the op's input i, or, where the op's shape inference
 // reads an input's value (reshape's target), that input itself. canonicalize turns shape(f(x))

@@ -156,19 +156,17 @@ int64_t shape_without_value(FunctionGraph& graph) {
         memo.emplace(v.get(), shape_of(v, loc));
         continue;
       }
-      std::vector<bool> value_inputs(producer->inputs.size(), false);
-      for (int i : producer->op->needs_input_values())
-        if (i < static_cast<int>(value_inputs.size())) value_inputs[i] = true;
+      const std::vector<bool> read_values = value_inputs(*producer);
       if (!expanded) {
         stack.push_back({v, true});
         for (size_t i = 0; i < producer->inputs.size(); ++i)
-          if (!value_inputs[i]) stack.push_back({producer->inputs[i], false});
+          if (!read_values[i]) stack.push_back({producer->inputs[i], false});
         continue;
       }
       std::vector<Var> operands;
       for (size_t i = 0; i < producer->inputs.size(); ++i)
-        operands.push_back(value_inputs[i] ? producer->inputs[i] : memo.at(producer->inputs[i].get()));
-      auto op = std::make_shared<InferredShape>(producer->op, v.get()->index, v.ndim(), value_inputs);
+        operands.push_back(read_values[i] ? producer->inputs[i] : memo.at(producer->inputs[i].get()));
+      auto op = std::make_shared<InferredShape>(producer->op, v.get()->index, v.ndim(), read_values);
       memo.emplace(v.get(), apply1(op, operands, loc));
     }
     return memo.at(root.get());

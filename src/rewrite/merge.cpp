@@ -1,9 +1,9 @@
 // merge: identical nodes and equal constants become one (common subexpressions).
 #include <algorithm>
-#include <cstring>
 #include <unordered_map>
 
 #include "graph/op.hpp"
+#include "ops/patterns.hpp"
 #include "rewrite/catalogue.hpp"
 
 namespace kiln {
@@ -20,12 +20,6 @@ size_t constant_hash(const Tensor& t) {
   return h;
 }
 
-bool same_constant(const Tensor& a, const Tensor& b) {
-  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
-  const Tensor ca = a.contiguous(), cb = b.contiguous();
-  return std::memcmp(ca.raw_data(), cb.raw_data(), ca.nbytes()) == 0;
-}
-
 int64_t merge_constants(FunctionGraph& graph) {
   std::unordered_map<size_t, std::vector<Var>> canonical;  // by hash: few distinct constants
   int64_t merged = 0;
@@ -35,7 +29,7 @@ int64_t merge_constants(FunctionGraph& graph) {
       if (!in.get()->constant) continue;
       std::vector<Var>& candidates = canonical[constant_hash(*in.get()->constant)];
       const auto twin = std::find_if(candidates.begin(), candidates.end(), [&](const Var& c) {
-        return c.type() == in.type() && same_constant(*c.get()->constant, *in.get()->constant);
+        return c.type() == in.type() && pattern::same_constant(*c.get()->constant, *in.get()->constant);
       });
       if (twin == candidates.end()) {
         candidates.push_back(in);

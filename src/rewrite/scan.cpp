@@ -522,13 +522,11 @@ class ShapeLifter {
     else if (auto tap = body_.sequence_tap.find(v.get()); tap != body_.sequence_tap.end())
       lifted = slice(shape_of(p_.sequences[tap->second.first].outer, loc_), 0, 1, std::nullopt, 1, loc_);
     else if (const Node* n = v.get()->owner) {
-      std::vector<bool> value_inputs(n->inputs.size(), false);
-      for (int i : n->op->needs_input_values())
-        if (i < static_cast<int>(value_inputs.size())) value_inputs[static_cast<size_t>(i)] = true;
+      const std::vector<bool> read_values = value_inputs(*n);
       std::vector<Var> in;
       for (size_t i = 0; i < n->inputs.size(); ++i)
-        if (in.push_back(value_inputs[i] ? value(n->inputs[i]) : shape(n->inputs[i])); !in.back().defined()) return shapes_[v.get()] = Var();
-      lifted = apply1(std::make_shared<InferredShape>(n->op, v.get()->index, v.ndim(), value_inputs), in, loc_);
+        if (in.push_back(read_values[i] ? value(n->inputs[i]) : shape(n->inputs[i])); !in.back().defined()) return shapes_[v.get()] = Var();
+      lifted = apply1(std::make_shared<InferredShape>(n->op, v.get()->index, v.ndim(), read_values), in, loc_);
     }
     // A fed-back row stays undefined: its shape is the loop's to decide.
     return shapes_[v.get()] = lifted;
@@ -737,9 +735,7 @@ bool same_value(const Var& a, const Var& b, const std::unordered_map<const Varia
   if (auto it = same.find(a.get()); it != same.end()) return it->second == b.get();
   if (auto it = proven.find(a.get()); it != proven.end()) return it->second == b.get();
   const auto &ca = a.get()->constant, &cb = b.get()->constant;
-  if (ca || cb)
-    return ca && cb && a.get()->type.broadcastable == b.get()->type.broadcastable && ca->dtype() == cb->dtype() && ca->shape() == cb->shape() &&
-           ca->to_vector<double>() == cb->to_vector<double>();
+  if (ca || cb) return ca && cb && a.type() == b.type() && pattern::same_constant(*ca, *cb);
   const Node *na = a.get()->owner, *nb = b.get()->owner;
   if (!na || !nb || a.get()->index != b.get()->index || na->inputs.size() != nb->inputs.size() || !na->op->equals(*nb->op)) return false;
   for (size_t i = 0; i < na->inputs.size(); ++i)
