@@ -1,6 +1,8 @@
 set(KILN_SOURCES
   src/tensor/dtype.cpp
+  src/tensor/handle_pool.cpp
   src/tensor/isa.cpp
+  src/tensor/scope.cpp
   src/tensor/storage.cpp
   src/tensor/tensor.cpp
   src/graph/op.cpp

@@ -116,7 +116,9 @@ struct FunctionImpl;
 
 class Function {
  public:
-  std::vector<Tensor> operator()(const std::vector<Tensor>& inputs) const;
+  // Outputs are fresh handles made for the caller (in the caller's dispose scope, if any); f(a, b)
+  // records function.hpp as the line that made them, f({a, b}) and call() the caller's line.
+  std::vector<Tensor> operator()(const std::vector<Tensor>& inputs, Loc loc = Loc::current()) const;
   template <class... Ts>
     requires(std::is_convertible_v<Ts, Tensor> && ...)
   std::vector<Tensor> operator()(const Ts&... inputs) const {
@@ -124,7 +126,7 @@ class Function {
   }
   // The same call writing the outputs into `outputs` (resized to their number): with
   // keep_buffers and Out(borrow) outputs, a steady loop of calls allocates nothing.
-  void call(std::span<const Tensor> inputs, std::vector<Tensor>& outputs) const;
+  void call(std::span<const Tensor> inputs, std::vector<Tensor>& outputs, Loc loc = Loc::current()) const;
   // Skip the checks and conversions of inputs (the caller promises exact dtypes and shapes).
   Function& trust_input(bool trust);
   // n calls of a function without explicit inputs in one C++ loop; returns the last outputs.
@@ -137,6 +139,7 @@ class Function {
   const FunctionImpl& impl() const;  // throws for a default-constructed Function
 
  private:
+  void run_call(std::span<const Tensor> inputs, std::vector<Tensor>& outputs) const;
   friend Function function(std::vector<In>, std::vector<Out>, FunctionOptions);
   std::shared_ptr<FunctionImpl> impl_;
 };

@@ -10,7 +10,6 @@
 
 namespace kiln {
 
-using Loc = std::source_location;
 
 // The static type of a symbolic value: dtype, number of dimensions, and which dimensions are
 // known to have size 1 (broadcastable), as in Theano.
@@ -68,7 +67,7 @@ class Shared : public Var {
  public:
   Shared() = default;
   explicit Shared(std::shared_ptr<Variable> v) : Var(std::move(v)) {}
-  Tensor get_value(GetValueOptions options = {}) const;
+  Tensor get_value(GetValueOptions options = {}, Loc loc = Loc::current()) const;
   void set_value(const Tensor& value, SetValueOptions options = {});
 };
 

@@ -6,4 +6,5 @@
 #include "kiln/graph.hpp"
 #include "kiln/ops.hpp"
 #include "kiln/scan.hpp"
+#include "kiln/scope.hpp"
 #include "kiln/tensor.hpp"

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <source_location>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -10,6 +11,9 @@
 #include "kiln/errors.hpp"
 
 namespace kiln {
+
+// Where user code made a value (a default argument: callers never pass it).
+using Loc = std::source_location;
 
 enum class DType : uint8_t { f32, f64, i32, i64, b8 };
 inline constexpr DType f32 = DType::f32;
@@ -96,25 +100,25 @@ class Tensor {
  public:
   Tensor() = default;
 
-  static Tensor empty(const Shape& shape, DType dtype = DType::f32);
-  static Tensor zeros(const Shape& shape, DType dtype = DType::f32);
-  static Tensor ones(const Shape& shape, DType dtype = DType::f32);
-  static Tensor full(const Shape& shape, double value, DType dtype = DType::f32);
-  template <class T> static Tensor from(const std::vector<T>& data, const Shape& shape);
-  template <class T> static Tensor from(std::initializer_list<T> data, const Shape& shape) {
-    return from(std::vector<T>(data), shape);
+  static Tensor empty(const Shape& shape, DType dtype = DType::f32, Loc loc = Loc::current());
+  static Tensor zeros(const Shape& shape, DType dtype = DType::f32, Loc loc = Loc::current());
+  static Tensor ones(const Shape& shape, DType dtype = DType::f32, Loc loc = Loc::current());
+  static Tensor full(const Shape& shape, double value, DType dtype = DType::f32, Loc loc = Loc::current());
+  template <class T> static Tensor from(const std::vector<T>& data, const Shape& shape, Loc loc = Loc::current());
+  template <class T> static Tensor from(std::initializer_list<T> data, const Shape& shape, Loc loc = Loc::current()) {
+    return from(std::vector<T>(data), shape, loc);
   }
-  template <class T> static Tensor from(const std::vector<T>& data) {
-    return from(data, Shape{static_cast<int64_t>(data.size())});
+  template <class T> static Tensor from(const std::vector<T>& data, Loc loc = Loc::current()) {
+    return from(data, Shape{static_cast<int64_t>(data.size())}, loc);
   }
-  template <class T> static Tensor scalar(T value) { return from(std::vector<T>{value}, Shape{}); }
+  template <class T> static Tensor scalar(T value, Loc loc = Loc::current()) { return from(std::vector<T>{value}, Shape{}, loc); }
   // No copy: a view of the caller's memory, which must outlive every use of the tensor.
-  template <class T> static Tensor wrap(T* data, const Shape& shape) {
-    return wrap_bytes(data, shape, dtype_of<std::remove_const_t<T>>());
+  template <class T> static Tensor wrap(T* data, const Shape& shape, Loc loc = Loc::current()) {
+    return wrap_bytes(data, shape, dtype_of<std::remove_const_t<T>>(), loc);
   }
-  static Tensor wrap_bytes(void* data, const Shape& shape, DType dtype);
+  static Tensor wrap_bytes(void* data, const Shape& shape, DType dtype, Loc loc = Loc::current());
   static Tensor view_of(std::shared_ptr<Storage> storage, DType dtype, Shape shape, Shape strides,
-                        int64_t offset);
+                        int64_t offset, Loc loc = Loc::current());
 
   bool defined() const { return impl_ != nullptr; }
   DType dtype() const { return impl().dtype; }
@@ -148,18 +152,26 @@ class Tensor {
   template <class T> std::vector<T> to_vector() const;  // row-major order, converting
   double item_as_double(int64_t flat_index) const;      // row-major index
 
-  Tensor clone() const;                        // contiguous deep copy
-  Tensor contiguous() const;                   // this if already contiguous, else a copy
-  Tensor to(DType dtype) const;                // a converted contiguous copy (a copy even if equal)
-  Tensor view(Shape shape, Shape strides, int64_t offset) const;
-  Tensor reshape(const Shape& shape) const;   // a view when contiguous, else a copy
+  Tensor clone(Loc loc = Loc::current()) const;       // contiguous deep copy
+  Tensor contiguous(Loc loc = Loc::current()) const;  // a fresh handle on this storage if contiguous, else a copy
+  Tensor to(DType dtype, Loc loc = Loc::current()) const;  // a converted contiguous copy (a copy even if equal)
+  Tensor view(Shape shape, Shape strides, int64_t offset, Loc loc = Loc::current()) const;
+  Tensor reshape(const Shape& shape, Loc loc = Loc::current()) const;  // a view when contiguous, else a copy
   void copy_from(const Tensor& src);           // same shape; converts dtype
   bool shares_memory(const Tensor& other) const;
   bool same_storage(const Tensor& other) const;
 
-  Tensor alias() const;
-  void dispose();
+  // Eager tensors and dispose scopes (docs/eager.md, the TorchSharp memory model). Every tensor
+  // made for the user while a DisposeScope lives on this thread is disposed when it ends.
+  Tensor alias(Loc loc = Loc::current()) const;  // a fresh handle on the same storage
+  // Releases this handle's hold on its storage now (the storage goes when no handle or view holds
+  // it); any later use raises DisposedError naming the tensor and both lines. Twice is harmless.
+  void dispose(Loc loc = Loc::current());
   bool is_disposed() const { return impl_ && impl_->disposed; }
+  // Registers this handle in the scope outside the one holding it (with no outer scope: in
+  // none, as detach_from_scope), and returns it.
+  Tensor move_to_outer_scope() const;
+  Tensor detach_from_scope() const;  // no scope will dispose this handle; returns it
   // No other handle (copy or alias) and no view refers to this tensor's storage.
   bool is_sole_reference() const {
     return impl_ && impl_.use_count() == 1 && impl_->storage && impl_->storage.use_count() == 1;
@@ -167,6 +179,7 @@ class Tensor {
 
  private:
   friend struct TensorHandles;  // kiln's run loop re-views its slots' handles in place
+  friend struct TensorBook;     // the dispose scopes and the live-tensor counts
   struct Impl {
     std::shared_ptr<Storage> storage;
     DType dtype = DType::f32;
@@ -174,6 +187,18 @@ class Tensor {
     Shape strides;
     int64_t offset = 0;
     bool disposed = false;
+    // A tensor made for the user (kiln's own are not counted, listed or put in scopes).
+    bool counted = false;
+    bool disposed_by_scope = false;
+    uint32_t scope_index = 0;     // its place in its scope's list
+    void* scope = nullptr;        // the scope that will dispose it
+    Loc created{}, disposed_at{};
+    Impl* live_prev = nullptr;    // the list live_tensor_report() reads
+    Impl* live_next = nullptr;
+    Impl() = default;
+    Impl(const Impl&) = delete;
+    Impl& operator=(const Impl&) = delete;
+    ~Impl();
   };
   const Impl& impl() const {
     if (!impl_ || impl_->disposed) [[unlikely]]
@@ -185,7 +210,7 @@ class Tensor {
   std::shared_ptr<Impl> impl_;
 };
 
-template <> Tensor Tensor::from<bool>(const std::vector<bool>& data, const Shape& shape);
+template <> Tensor Tensor::from<bool>(const std::vector<bool>& data, const Shape& shape, Loc loc);
 template <> std::vector<bool> Tensor::to_vector<bool>() const;
 template <> bool Tensor::item<bool>() const;
 

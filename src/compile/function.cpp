@@ -21,6 +21,7 @@
 #include "rewrite/engine.hpp"
 #include "kiln/function.hpp"
 #include "tensor/convert.hpp"
+#include "tensor/tensor_book.hpp"
 
 namespace kiln {
 
@@ -415,6 +416,7 @@ void check_rewrites(const FunctionImpl& f, const std::vector<Tensor>& call_slots
 }  // namespace
 
 Function function(std::vector<In> inputs, std::vector<Out> outputs, FunctionOptions options) {
+  const InternalTensors internal;
   validate(inputs, outputs, options.updates);
   auto f = std::make_shared<FunctionImpl>();
   f->inputs = std::move(inputs);
@@ -504,9 +506,9 @@ const FunctionImpl& Function::impl() const {
   return *impl_;
 }
 
-std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args) const {
+std::vector<Tensor> Function::operator()(const std::vector<Tensor>& args, Loc loc) const {
   std::vector<Tensor> results;
-  call(args, results);
+  call(args, results, loc);
   return results;
 }
 
@@ -541,7 +543,13 @@ class ContextUse {
 
 }  // namespace
 
-void Function::call(std::span<const Tensor> args, std::vector<Tensor>& results) const {
+void Function::call(std::span<const Tensor> args, std::vector<Tensor>& results, Loc loc) const {
+  run_call(args, results);
+  for (Tensor& t : results) t = TensorBook::handed_over(std::move(t), loc);
+}
+
+void Function::run_call(std::span<const Tensor> args, std::vector<Tensor>& results) const {
+  const InternalTensors internal;
   const FunctionImpl& f = impl();
   const Program& p = f.program();
   if (args.size() != f.inputs.size()) {
@@ -726,6 +734,7 @@ MemoryReport Function::memory_report() const {
 }
 
 MemoryReport Function::memory_report(const std::vector<Shape>& input_shapes) const {
+  const InternalTensors internal;
   const FunctionImpl& f = impl();
   if (input_shapes.size() != f.inputs.size())
     throw TypeError("memory_report: expects " + std::to_string(f.inputs.size()) + " input shapes, got " +

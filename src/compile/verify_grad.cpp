@@ -2,6 +2,7 @@
 #include <random>
 #include <sstream>
 
+#include "tensor/tensor_book.hpp"
 #include "kiln/function.hpp"
 #include "kiln/grad.hpp"
 #include "kiln/ops.hpp"
@@ -58,6 +59,7 @@ Tensor random_like(const Tensor& like, std::mt19937_64& rng, double low, double 
 }  // namespace
 
 void verify_grad(const std::function<Var(std::vector<Var>)>& fn, const std::vector<Tensor>& at, VerifyOptions options) {
+  const InternalTensors internal;
   Check c("verify_grad", fn, at, options);
   const std::vector<Tensor>& point = c.point;
   Function f_out = function(c.ins, {c.out});
@@ -110,6 +112,7 @@ void verify_grad(const std::function<Var(std::vector<Var>)>& fn, const std::vect
 }
 
 void verify_rop(const std::function<Var(std::vector<Var>)>& fn, const std::vector<Tensor>& at, VerifyOptions options) {
+  const InternalTensors internal;
   Check c("verify_rop", fn, at, options);
   std::mt19937_64 rng(options.seed);
   std::vector<Tensor> directions;

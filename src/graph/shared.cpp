@@ -3,6 +3,7 @@
 
 #include "graph/node.hpp"
 #include "tensor/convert.hpp"
+#include "tensor/tensor_book.hpp"
 
 namespace kiln {
 namespace {
@@ -56,6 +57,7 @@ bool aliases_another_shared(const SharedContainer* self, const Tensor& value) {
 }
 
 Shared shared(const Tensor& value, std::string name, SharedOptions options) {
+  const InternalTensors internal;
   auto v = std::make_shared<Variable>();
   v->type = Type{value.dtype(), std::vector<bool>(value.ndim(), false)};
   v->name = std::move(name);
@@ -66,13 +68,18 @@ Shared shared(const Tensor& value, std::string name, SharedOptions options) {
   return Shared(std::move(v));
 }
 
-Tensor Shared::get_value(GetValueOptions options) const {
-  const Tensor internal = container_of(*this).load();
-  if (options.return_internal_type) return options.borrow ? internal : internal.clone();
-  return options.borrow ? internal.alias() : internal.clone();
+Tensor Shared::get_value(GetValueOptions options, Loc loc) const {
+  Tensor value;
+  {
+    const InternalTensors internal;
+    const Tensor kept = container_of(*this).load();
+    value = options.borrow ? kept : kept.clone();
+  }
+  return TensorBook::handed_over(std::move(value), loc);
 }
 
 void Shared::set_value(const Tensor& value, SetValueOptions options) {
+  const InternalTensors internal;
   SharedContainer& c = container_of(*this);
   Tensor checked = checked_value(*get(), value, "set_value");
   const bool converted = !checked.same_storage(value);

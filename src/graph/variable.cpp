@@ -2,6 +2,7 @@
 
 #include "graph/node.hpp"
 #include "graph/op.hpp"
+#include "tensor/tensor_book.hpp"
 
 namespace kiln {
 
@@ -118,6 +119,7 @@ Var apply1(std::shared_ptr<const Op> op, std::vector<Var> inputs, const std::sou
 }
 
 Var::Var(double value) {
+  const InternalTensors internal;
   v_ = std::make_shared<Variable>();
   v_->type = Type{DType::f64, {}};
   v_->constant = Tensor::scalar(value);
@@ -127,6 +129,7 @@ Var::Var(double value) {
 Var::Var(int value) : Var(static_cast<int64_t>(value)) {}
 
 Var::Var(int64_t value) {
+  const InternalTensors internal;
   v_ = std::make_shared<Variable>();
   v_->type = Type{DType::i64, {}};
   v_->constant = Tensor::scalar(value);
@@ -158,7 +161,13 @@ Var constant(const Tensor& value, std::string name) {
   std::vector<bool> bc;
   for (int64_t d : value.shape()) bc.push_back(d == 1);
   v->type = Type{value.dtype(), bc};
-  v->constant = value.clone();
+  // A builder's temporary becomes the constant itself; the user's own tensor is copied.
+  if (TensorBook::take_over(value)) {
+    v->constant = value;
+  } else {
+    const InternalTensors internal;
+    v->constant = value.clone();
+  }
   v->name = std::move(name);
   return Var(std::move(v));
 }

@@ -10,6 +10,12 @@ namespace kiln {
 // nothing: a handle nobody else shares is re-viewed in place (its shape and strides reuse their
 // memory), and between uses it is parked, holding no storage.
 struct TensorHandles {
+  // A new handle (no storage, empty shape), taken from this thread's released ones when it can.
+  static std::shared_ptr<Tensor::Impl> fresh();
+  // A tensor on storage made for the user at loc (counted, put in a scope): as Tensor::view_of,
+  // with shape and strides copied into a released handle's memory.
+  static Tensor make(std::shared_ptr<Storage> storage, DType dtype, std::span<const int64_t> shape,
+                     std::span<const int64_t> strides, int64_t offset, Loc loc);
   // t becomes a view of storage with this geometry: in place when t is the only handle on its
   // tensor, else as a new tensor.
   static void reseat(Tensor& t, const std::shared_ptr<Storage>& storage, DType dtype, std::span<const int64_t> shape,

@@ -7,13 +7,13 @@
 #include "tensor/handles.hpp"
 #include "tensor/dispatch.hpp"
 #include "tensor/nd_loop.hpp"
+#include "tensor/tensor_book.hpp"
 
 namespace kiln {
 
 void Tensor::throw_unusable() const {
   if (!impl_) throw Error("Tensor: this tensor is empty (default-constructed); create it with Tensor::zeros, from or wrap");
-  throw DisposedError("Tensor: this handle was disposed (dispose() released its storage) and cannot be used any "
-                      "more; to keep the values, make a handle with alias() or clone() before calling dispose()");
+  throw DisposedError(TensorBook::disposed_message(*impl_));
 }
 
 void Tensor::check_dtype(DType expected) const {
@@ -49,19 +49,27 @@ void check_view(const Storage* storage, DType dtype, const Shape& shape, const S
 }
 }  // namespace
 
-Tensor Tensor::view_of(std::shared_ptr<Storage> storage, DType dtype, Shape shape, Shape strides, int64_t offset) {
-  check_view(storage.get(), dtype, shape, strides, offset);
+Tensor Tensor::view_of(std::shared_ptr<Storage> storage, DType dtype, Shape shape, Shape strides, int64_t offset,
+                       Loc loc) {
+  return TensorHandles::make(std::move(storage), dtype, shape, strides, offset, loc);
+}
+
+Tensor TensorHandles::make(std::shared_ptr<Storage> storage, DType dtype, std::span<const int64_t> shape,
+                           std::span<const int64_t> strides, int64_t offset, Loc loc) {
   Tensor t;
-  t.impl_ = std::make_shared<Impl>();
-  t.impl_->storage = std::move(storage);
-  t.impl_->dtype = dtype;
-  t.impl_->shape = std::move(shape);
-  t.impl_->strides = std::move(strides);
-  t.impl_->offset = offset;
+  t.impl_ = fresh();
+  Tensor::Impl& m = *t.impl_;
+  m.shape.assign(shape.begin(), shape.end());
+  m.strides.assign(strides.begin(), strides.end());
+  check_view(storage.get(), dtype, m.shape, m.strides, offset);
+  m.storage = std::move(storage);
+  m.dtype = dtype;
+  m.offset = offset;
+  TensorBook::made(t.impl_, loc);
   return t;
 }
 
-Tensor Tensor::empty(const Shape& shape, DType dtype) {
+Tensor Tensor::empty(const Shape& shape, DType dtype, Loc loc) {
   const int64_t bytes = shape_nbytes(shape, dtype);
   std::shared_ptr<Storage> storage;
   try {
@@ -69,11 +77,11 @@ Tensor Tensor::empty(const Shape& shape, DType dtype) {
   } catch (const MemoryError& e) {
     throw MemoryError(std::string(e.what()) + " for a tensor " + dtype_name(dtype) + shape_str(shape));
   }
-  return view_of(std::move(storage), dtype, shape, contiguous_strides(shape), 0);
+  return view_of(std::move(storage), dtype, shape, contiguous_strides(shape), 0, loc);
 }
 
-Tensor Tensor::full(const Shape& shape, double value, DType dtype) {
-  Tensor t = empty(shape, dtype);
+Tensor Tensor::full(const Shape& shape, double value, DType dtype, Loc loc) {
+  Tensor t = empty(shape, dtype, loc);
   dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     std::fill_n(reinterpret_cast<T*>(t.raw_data()), t.numel(), static_cast<T>(value));
@@ -81,28 +89,28 @@ Tensor Tensor::full(const Shape& shape, double value, DType dtype) {
   return t;
 }
 
-Tensor Tensor::zeros(const Shape& shape, DType dtype) {
-  Tensor t = empty(shape, dtype);
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Loc loc) {
+  Tensor t = empty(shape, dtype, loc);
   std::memset(t.raw_data(), 0, t.nbytes());
   return t;
 }
 
-Tensor Tensor::ones(const Shape& shape, DType dtype) { return full(shape, 1.0, dtype); }
+Tensor Tensor::ones(const Shape& shape, DType dtype, Loc loc) { return full(shape, 1.0, dtype, loc); }
 
-template <class T> Tensor Tensor::from(const std::vector<T>& data, const Shape& shape) {
+template <class T> Tensor Tensor::from(const std::vector<T>& data, const Shape& shape, Loc loc) {
   if (shape_numel(shape) != static_cast<int64_t>(data.size()))
     throw ShapeError("Tensor::from: " + std::to_string(data.size()) + " values do not fill shape " + shape_str(shape) +
                      " (" + std::to_string(shape_numel(shape)) + " elements)");
-  Tensor t = empty(shape, dtype_of<T>());
+  Tensor t = empty(shape, dtype_of<T>(), loc);
   T* out = reinterpret_cast<T*>(t.raw_data());
   for (size_t i = 0; i < data.size(); ++i) out[i] = data[i];
   return t;
 }
 
-Tensor Tensor::wrap_bytes(void* data, const Shape& shape, DType dtype) {
+Tensor Tensor::wrap_bytes(void* data, const Shape& shape, DType dtype, Loc loc) {
   const int64_t nbytes = shape_nbytes(shape, dtype);
   if (!data && nbytes > 0) throw Error("Tensor::wrap: a null pointer cannot hold " + std::string(dtype_name(dtype)) + shape_str(shape));
-  return view_of(Storage::borrow(data, static_cast<size_t>(nbytes)), dtype, shape, contiguous_strides(shape), 0);
+  return view_of(Storage::borrow(data, static_cast<size_t>(nbytes)), dtype, shape, contiguous_strides(shape), 0, loc);
 }
 
 bool Tensor::is_contiguous() const {
@@ -144,6 +152,7 @@ template <class T> T Tensor::item() const {
 }
 
 template <class T> std::vector<T> Tensor::to_vector() const {
+  const InternalTensors internal;
   Tensor c = dtype() == dtype_of<T>() ? contiguous() : to(dtype_of<T>());
   const T* p = reinterpret_cast<const T*>(c.raw_data());
   return std::vector<T>(p, p + c.numel());
@@ -211,29 +220,34 @@ void Tensor::copy_from(const Tensor& src) {
   copy_broadcast(*this, src);
 }
 
-Tensor Tensor::clone() const {
-  Tensor t = empty(shape(), dtype());
+Tensor Tensor::clone(Loc loc) const {
+  Tensor t = empty(shape(), dtype(), loc);
   t.copy_from(*this);
   return t;
 }
 
-Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
+Tensor Tensor::contiguous(Loc loc) const { return is_contiguous() ? alias(loc) : clone(loc); }
 
-Tensor Tensor::to(DType d) const {
-  Tensor t = empty(shape(), d);
+Tensor Tensor::to(DType d, Loc loc) const {
+  Tensor t = empty(shape(), d, loc);
   t.copy_from(*this);
   return t;
 }
 
-Tensor Tensor::view(Shape shape, Shape strides, int64_t offset) const {
-  return view_of(storage(), dtype(), std::move(shape), std::move(strides), offset);
+Tensor Tensor::view(Shape shape, Shape strides, int64_t offset, Loc loc) const {
+  return view_of(storage(), dtype(), std::move(shape), std::move(strides), offset, loc);
 }
 
-Tensor Tensor::reshape(const Shape& new_shape) const {
+Tensor Tensor::reshape(const Shape& new_shape, Loc loc) const {
   if (shape_numel(new_shape) != numel())
     throw ShapeError("Tensor::reshape: cannot reshape " + str() + " to " + shape_str(new_shape));
-  Tensor c = contiguous();
-  return c.view(new_shape, contiguous_strides(new_shape), c.offset());
+  if (is_contiguous()) return view(new_shape, contiguous_strides(new_shape), offset(), loc);
+  Tensor copy;
+  {
+    const InternalTensors internal;
+    copy = clone();
+  }
+  return copy.view(new_shape, contiguous_strides(new_shape), 0, loc);
 }
 
 namespace {
@@ -290,15 +304,15 @@ bool Tensor::shares_memory(const Tensor& other) const {
   return false;
 }
 
-Tensor Tensor::alias() const {
+Tensor Tensor::alias(Loc loc) const {
   const Impl& m = impl();
-  return view_of(m.storage, m.dtype, m.shape, m.strides, m.offset);
+  return view_of(m.storage, m.dtype, m.shape, m.strides, m.offset, loc);
 }
 
 void TensorHandles::reseat(Tensor& t, const std::shared_ptr<Storage>& storage, DType dtype, std::span<const int64_t> shape,
                            std::span<const int64_t> strides, int64_t offset) {
   if (!t.impl_ || t.impl_.use_count() != 1) {
-    t = Tensor::view_of(storage, dtype, Shape(shape.begin(), shape.end()), Shape(strides.begin(), strides.end()), offset);
+    t = make(storage, dtype, shape, strides, offset, Loc::current());
     return;
   }
   Tensor::Impl& impl = *t.impl_;
@@ -326,14 +340,12 @@ void TensorHandles::move(Tensor& t, int64_t offset) {
   t = t.view(t.shape(), t.strides(), offset);
 }
 
-void Tensor::dispose() {
-  if (!impl_ || impl_->disposed) return;
-  impl_->storage.reset();
-  impl_->disposed = true;
+void Tensor::dispose(Loc loc) {
+  if (impl_ && !impl_->disposed) TensorBook::dispose(*impl_, loc, false);
 }
 
 #define KILN_INSTANTIATE(T)                                                      \
-  template Tensor Tensor::from<T>(const std::vector<T>&, const Shape&);         \
+  template Tensor Tensor::from<T>(const std::vector<T>&, const Shape&, Loc);    \
   template T Tensor::item<T>() const;                                            \
   template std::vector<T> Tensor::to_vector<T>() const;
 KILN_INSTANTIATE(float)
@@ -343,6 +355,7 @@ KILN_INSTANTIATE(int64_t)
 #undef KILN_INSTANTIATE
 
 template <> std::vector<bool> Tensor::to_vector<bool>() const {
+  const InternalTensors internal;
   Tensor c = dtype() == DType::b8 ? contiguous() : to(DType::b8);
   const bool* p = reinterpret_cast<const bool*>(c.raw_data());
   return std::vector<bool>(p, p + c.numel());
@@ -354,10 +367,10 @@ template <> bool Tensor::item<bool>() const {
     return *reinterpret_cast<const S*>(raw_data()) != S(0);
   });
 }
-template <> Tensor Tensor::from<bool>(const std::vector<bool>& data, const Shape& shape) {
+template <> Tensor Tensor::from<bool>(const std::vector<bool>& data, const Shape& shape, Loc loc) {
   if (shape_numel(shape) != static_cast<int64_t>(data.size()))
     throw ShapeError("Tensor::from: " + std::to_string(data.size()) + " values do not fill shape " + shape_str(shape));
-  Tensor t = empty(shape, DType::b8);
+  Tensor t = empty(shape, DType::b8, loc);
   bool* out = reinterpret_cast<bool*>(t.raw_data());
   for (size_t i = 0; i < data.size(); ++i) out[i] = data[i];
   return t;

@@ -1,0 +1,339 @@
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <mutex>
+
+#include "kiln/scope.hpp"
+#include "tensor/tensor_book.hpp"
+
+namespace kiln {
+namespace {
+
+using Impl = TensorBook::Impl;
+using ImplPtr = std::shared_ptr<Impl>;
+
+std::string where(const Loc& loc) {
+  std::string file = loc.file_name();
+  if (const size_t slash = file.find_last_of('/'); slash != std::string::npos) file = file.substr(slash + 1);
+  return file + ":" + std::to_string(loc.line());
+}
+
+struct Counts {
+  std::atomic<int64_t> created{0}, disposed{0};
+  ScopeStatistics read() const {
+    const int64_t c = created.load(std::memory_order_relaxed), d = disposed.load(std::memory_order_relaxed);
+    return {c, d, c - d};
+  }
+};
+
+struct ScopeStack;
+
+// One level of a thread's stack of scopes; kept and reused by the next scope at that depth, so
+// that a scope per loop iteration allocates nothing once its list has grown.
+struct Frame {
+  std::vector<ImplPtr> members;
+  Counts counts;
+  Loc loc{};
+  size_t depth = 0;
+  uint64_t generation = 0;  // which DisposeScope holds it
+  bool open = false;
+  ScopeStack* stack = nullptr;
+};
+
+enum class StackState : uint8_t { unmade, alive, gone };
+thread_local StackState stack_state = StackState::unmade;  // trivially destructible: readable at thread exit
+
+struct ScopeStack {
+  std::vector<std::unique_ptr<Frame>> frames;
+  size_t open = 0;
+  int internal = 0;
+  Counts counts;
+  ScopeStack() { stack_state = StackState::alive; }
+  // The frames' tensors go last, when this thread's books can no longer be written.
+  ~ScopeStack() { stack_state = StackState::gone; }
+};
+
+ScopeStack& this_stack() {
+  thread_local ScopeStack stack;
+  return stack;
+}
+ScopeStack* this_stack_if_alive() { return stack_state == StackState::gone ? nullptr : &this_stack(); }
+
+// Never destroyed: tensors released during static destruction still unlink themselves.
+struct LiveList {
+  std::mutex mutex;
+  Impl* head = nullptr;
+  Counts counts;
+};
+LiveList& live() {
+  static LiveList* list = new LiveList;
+  return *list;
+}
+
+void link(Impl& m) {
+  LiveList& l = live();
+  std::lock_guard lock(l.mutex);
+  m.live_next = l.head;
+  m.live_prev = nullptr;
+  if (l.head) l.head->live_prev = &m;
+  l.head = &m;
+}
+
+void unlink(Impl& m) {
+  LiveList& l = live();
+  std::lock_guard lock(l.mutex);
+  if (m.live_prev) m.live_prev->live_next = m.live_next;
+  else l.head = m.live_next;
+  if (m.live_next) m.live_next->live_prev = m.live_prev;
+  m.live_prev = m.live_next = nullptr;
+}
+
+void count_released(Impl& m) {
+  unlink(m);
+  live().counts.disposed.fetch_add(1, std::memory_order_relaxed);
+  if (ScopeStack* s = this_stack_if_alive()) s->counts.disposed.fetch_add(1, std::memory_order_relaxed);
+  if (m.scope) static_cast<Frame*>(m.scope)->counts.disposed.fetch_add(1, std::memory_order_relaxed);
+}
+
+void enter(Frame& f, ImplPtr t) {
+  t->scope = &f;
+  t->scope_index = static_cast<uint32_t>(f.members.size());
+  f.members.push_back(std::move(t));
+  f.counts.created.fetch_add(1, std::memory_order_relaxed);
+}
+
+// Takes m out of its scope's list; the caller holds it while it needs it.
+ImplPtr leave(Impl& m) {
+  Frame& f = *static_cast<Frame*>(m.scope);
+  const size_t i = m.scope_index;
+  ImplPtr held = std::move(f.members[i]);
+  if (i + 1 != f.members.size()) {
+    f.members[i] = std::move(f.members.back());
+    f.members[i]->scope_index = static_cast<uint32_t>(i);
+  }
+  f.members.pop_back();
+  m.scope = nullptr;
+  // Counted in the scope it joins from now on.
+  f.counts.created.fetch_sub(1, std::memory_order_relaxed);
+  return held;
+}
+
+void count(const ImplPtr& t, Loc loc) {
+  Impl& m = *t;
+  m.counted = true;
+  m.created = loc;
+  link(m);
+  live().counts.created.fetch_add(1, std::memory_order_relaxed);
+  ScopeStack* s = this_stack_if_alive();
+  if (!s) return;
+  s->counts.created.fetch_add(1, std::memory_order_relaxed);
+  if (s->open > 0) enter(*s->frames[s->open - 1], t);
+}
+
+Frame& frame_on_this_thread(void* frame, const char* what) {
+  Frame& f = *static_cast<Frame*>(frame);
+  if (f.stack != this_stack_if_alive())
+    throw Error(std::string(what) + ": the dispose scope made at " + where(f.loc) +
+                " belongs to another thread; a scope and its tensors are handled on the thread that made it "
+                "(detach a tensor with detach_from_scope() there before another thread keeps it)");
+  return f;
+}
+
+void dispose_members(Frame& f, const std::vector<Tensor>* keep) {
+  std::vector<ImplPtr> kept;
+  for (ImplPtr& t : f.members) {
+    const bool keeps =
+        keep && std::any_of(keep->begin(), keep->end(), [&](const Tensor& k) { return TensorBook::impl_of(k) == t; });
+    if (keeps) {
+      t->scope_index = static_cast<uint32_t>(kept.size());
+      kept.push_back(std::move(t));
+      continue;
+    }
+    if (!t->disposed) TensorBook::dispose(*t, f.loc, true);
+    t->scope = nullptr;
+  }
+  f.members.clear();
+  for (ImplPtr& t : kept) f.members.push_back(std::move(t));
+}
+
+void close(Frame& f) {
+  dispose_members(f, nullptr);
+  f.open = false;
+  ++f.generation;
+  f.stack->open = f.depth;
+}
+
+}  // namespace
+
+void TensorBook::made(const std::shared_ptr<Impl>& t, Loc loc) {
+  if (ScopeStack* s = this_stack_if_alive(); s && s->internal > 0) return;
+  count(t, loc);
+}
+
+void TensorBook::dispose(Impl& m, Loc loc, bool by_scope) {
+  m.storage.reset();
+  m.disposed = true;
+  m.disposed_at = loc;
+  m.disposed_by_scope = by_scope;
+  if (m.counted) count_released(m);
+}
+
+void TensorBook::gone(Impl& m) {
+  if (!m.disposed) count_released(m);
+}
+
+Tensor TensorBook::handed_over(Tensor t, Loc loc) {
+  if (!t.defined()) return t;
+  if (t.impl_->counted || t.impl_.use_count() != 1) {
+    const InternalTensors internal;
+    t = t.alias();
+  }
+  count(t.impl_, loc);
+  return t;
+}
+
+bool TensorBook::take_over(const Tensor& t) {
+  if (!t.defined()) return false;
+  Impl& m = *t.impl_;
+  if (!m.counted) return true;
+  if (t.impl_.use_count() != (m.scope ? 2 : 1)) return false;
+  const ImplPtr held = t.impl_;  // the scope's reference may be the other one
+  if (m.scope) leave(m);
+  unlink(m);
+  m.counted = false;
+  live().counts.created.fetch_sub(1, std::memory_order_relaxed);
+  if (ScopeStack* s = this_stack_if_alive()) s->counts.created.fetch_sub(1, std::memory_order_relaxed);
+  return true;
+}
+
+std::string TensorBook::disposed_message(const Impl& m) {
+  std::string what = "Tensor: the tensor " + std::string(dtype_name(m.dtype)) + shape_str(m.shape);
+  if (m.counted) what += " made at " + where(m.created);
+  what += m.disposed_by_scope ? " was disposed when the dispose scope made at " + where(m.disposed_at) + " ended"
+          : m.counted         ? " was disposed at " + where(m.disposed_at)
+                              : " was disposed";
+  return what + ", and this handle cannot be used any more; to keep it past its scope, move it out "
+                "(move_to_outer_scope()) or detach it (detach_from_scope()); to keep the values after "
+                "dispose(), make a handle with alias() or clone() first";
+}
+
+Tensor::Impl::~Impl() {
+  if (counted) TensorBook::gone(*this);
+}
+
+Tensor Tensor::move_to_outer_scope() const {
+  Impl& m = const_cast<Impl&>(impl());
+  if (!m.scope) return *this;
+  Frame& f = frame_on_this_thread(m.scope, "move_to_outer_scope");
+  ImplPtr held = leave(m);
+  if (f.depth > 0) enter(*f.stack->frames[f.depth - 1], std::move(held));
+  return *this;
+}
+
+Tensor Tensor::detach_from_scope() const {
+  Impl& m = const_cast<Impl&>(impl());
+  if (!m.scope) return *this;
+  frame_on_this_thread(m.scope, "detach_from_scope");
+  leave(m);
+  return *this;
+}
+
+InternalTensors::InternalTensors() { ++this_stack().internal; }
+InternalTensors::~InternalTensors() {
+  if (ScopeStack* s = this_stack_if_alive()) --s->internal;
+}
+
+DisposeScope::DisposeScope(Loc loc) : loc_(loc) {
+  ScopeStack& s = this_stack();
+  if (s.frames.size() == s.open) s.frames.push_back(std::make_unique<Frame>());
+  Frame& f = *s.frames[s.open];
+  f.open = true;
+  f.depth = s.open;
+  f.loc = loc;
+  f.stack = &s;
+  f.counts.created = 0;
+  f.counts.disposed = 0;
+  ++s.open;
+  frame_ = &f;
+  generation_ = f.generation;
+}
+
+namespace {
+Frame* open_frame(void* frame, uint64_t generation) {
+  Frame* f = static_cast<Frame*>(frame);
+  return f && f->open && f->generation == generation ? f : nullptr;
+}
+}  // namespace
+
+bool DisposeScope::ended() const { return open_frame(frame_, generation_) == nullptr; }
+
+DisposeScope::~DisposeScope() {
+  Frame* f = open_frame(frame_, generation_);
+  if (!f || f->stack != this_stack_if_alive()) return;
+  ScopeStack& s = *f->stack;
+  while (s.open > f->depth) close(*s.frames[s.open - 1]);
+}
+
+void DisposeScope::end() {
+  Frame* f = open_frame(frame_, generation_);
+  if (!f) throw Error("DisposeScope::end: the scope made at " + where(loc_) + " has already ended");
+  frame_on_this_thread(f, "DisposeScope::end");
+  ScopeStack& s = *f->stack;
+  if (s.open > f->depth + 1)
+    throw Error("DisposeScope::end: the scope made at " + where(s.frames[s.open - 1]->loc) +
+                " is still open inside the one made at " + where(loc_) + "; end the inner scope first");
+  close(*f);
+}
+
+void DisposeScope::dispose_everything() {
+  Frame* f = open_frame(frame_, generation_);
+  if (!f) throw Error("DisposeScope::dispose_everything: the scope made at " + where(loc_) + " has ended");
+  dispose_members(frame_on_this_thread(f, "DisposeScope::dispose_everything"), nullptr);
+}
+
+void DisposeScope::dispose_everything_but(const std::vector<Tensor>& keep) {
+  Frame* f = open_frame(frame_, generation_);
+  if (!f) throw Error("DisposeScope::dispose_everything_but: the scope made at " + where(loc_) + " has ended");
+  dispose_members(frame_on_this_thread(f, "DisposeScope::dispose_everything_but"), &keep);
+}
+
+ScopeStatistics DisposeScope::statistics() const {
+  const Frame* f = open_frame(frame_, generation_);
+  return f ? f->counts.read() : ScopeStatistics{};
+}
+
+ScopeStatistics scope_statistics(Threads threads) {
+  if (threads == Threads::all) return live().counts.read();
+  ScopeStack* s = this_stack_if_alive();
+  return s ? s->counts.read() : ScopeStatistics{};
+}
+
+std::string live_tensor_report() {
+  struct Group {
+    int64_t count = 0;
+    int64_t bytes = 0;
+    std::string example;
+  };
+  std::map<std::string, Group> groups;
+  int64_t total = 0;
+  {
+    LiveList& l = live();
+    std::lock_guard lock(l.mutex);
+    for (const Impl* m = l.head; m; m = m->live_next) {
+      Group& g = groups[where(m->created)];
+      ++g.count;
+      ++total;
+      int64_t n = 1;
+      for (int64_t d : m->shape) n *= d;
+      g.bytes += n * static_cast<int64_t>(dtype_size(m->dtype));
+      if (g.example.empty()) g.example = std::string(dtype_name(m->dtype)) + shape_str(m->shape);
+    }
+  }
+  std::string report = std::to_string(total) + " live tensor" + (total == 1 ? "" : "s") + " made for the user\n";
+  for (const auto& [line, g] : groups)
+    report += "  " + std::to_string(g.count) + " made at " + line + " (" + std::to_string(g.bytes) +
+              " bytes viewed; e.g. " + g.example + ")\n";
+  return report;
+}
+
+}  // namespace kiln
