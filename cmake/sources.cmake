@@ -30,6 +30,8 @@ set(KILN_SOURCES
   src/ops/stable_forms.cpp
   src/exec/backend.cpp
   src/exec/run_node.cpp
+  src/eager/run_eager.cpp
+  src/eager/tensor_ops.cpp
   src/grad/grad.cpp
   src/grad/rop.cpp
   src/grad/jacobian.cpp

@@ -1,0 +1,95 @@
+#pragma once
+#include <optional>
+#include <vector>
+
+#include "kiln/ops.hpp"
+#include "kiln/scope.hpp"
+
+namespace kiln {
+
+// Eager operations (docs/eager.md): the operators and free functions of ops.hpp on Tensors, run
+// at once through the same kernels, type rules and errors as compiled functions. Each returns a
+// fresh handle made at the caller's line (in its dispose scope, if any); views (reshape,
+// transpose, slice) share the argument's storage.
+struct TensorOperand {
+  TensorOperand(const Tensor& t, Loc loc = Loc::current()) : tensor(&t), loc(loc) {}  // NOLINT
+  TensorOperand(double v, Loc loc = Loc::current()) : number(v), loc(loc) {}  // NOLINT
+  TensorOperand(int v, Loc loc = Loc::current()) : number(v), integer(v), is_integer(true), loc(loc) {}  // NOLINT
+  TensorOperand(int64_t v, Loc loc = Loc::current())  // NOLINT
+      : number(static_cast<double>(v)), integer(v), is_integer(true), loc(loc) {}
+  const Tensor* tensor = nullptr;
+  double number = 0;
+  int64_t integer = 0;
+  bool is_integer = false;
+  Loc loc;
+};
+
+Tensor operator+(const TensorOperand& a, const TensorOperand& b);
+Tensor operator-(const TensorOperand& a, const TensorOperand& b);
+Tensor operator*(const TensorOperand& a, const TensorOperand& b);
+Tensor operator/(const TensorOperand& a, const TensorOperand& b);
+Tensor operator-(const Tensor& a);
+Tensor operator<(const TensorOperand& a, const TensorOperand& b);
+Tensor operator<=(const TensorOperand& a, const TensorOperand& b);
+Tensor operator>(const TensorOperand& a, const TensorOperand& b);
+Tensor operator>=(const TensorOperand& a, const TensorOperand& b);
+Tensor operator==(const TensorOperand& a, const TensorOperand& b);
+Tensor operator!=(const TensorOperand& a, const TensorOperand& b);
+
+// In place: a's storage is overwritten with the result (which must keep a's shape and dtype);
+// the return value is a fresh handle on it.
+Tensor add_(const Tensor& a, const TensorOperand& b);
+Tensor sub_(const Tensor& a, const TensorOperand& b);
+Tensor mul_(const Tensor& a, const TensorOperand& b);
+Tensor div_(const Tensor& a, const TensorOperand& b);
+
+Tensor exp(const Tensor& x, Loc loc = Loc::current());
+Tensor log(const Tensor& x, Loc loc = Loc::current());
+Tensor log1p(const Tensor& x, Loc loc = Loc::current());
+Tensor expm1(const Tensor& x, Loc loc = Loc::current());
+Tensor sqrt(const Tensor& x, Loc loc = Loc::current());
+Tensor sqr(const Tensor& x, Loc loc = Loc::current());
+Tensor tanh(const Tensor& x, Loc loc = Loc::current());
+Tensor sigmoid(const Tensor& x, Loc loc = Loc::current());
+Tensor softplus(const Tensor& x, Loc loc = Loc::current());
+Tensor relu(const Tensor& x, Loc loc = Loc::current());
+Tensor abs(const Tensor& x, Loc loc = Loc::current());
+Tensor sign(const Tensor& x, Loc loc = Loc::current());
+Tensor sin(const Tensor& x, Loc loc = Loc::current());
+Tensor cos(const Tensor& x, Loc loc = Loc::current());
+Tensor pow(const Tensor& x, const Tensor& y, Loc loc = Loc::current());
+Tensor maximum(const Tensor& x, const Tensor& y, Loc loc = Loc::current());
+Tensor minimum(const Tensor& x, const Tensor& y, Loc loc = Loc::current());
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor cast(const Tensor& x, DType dtype, Loc loc = Loc::current());
+
+Tensor sum(const Tensor& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
+Tensor mean(const Tensor& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
+Tensor max(const Tensor& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
+Tensor min(const Tensor& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
+Tensor prod(const Tensor& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
+Tensor argmax(const Tensor& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
+Tensor logsumexp(const Tensor& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
+
+Tensor dot(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor matmul(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+
+Tensor transpose(const Tensor& x, Loc loc = Loc::current());
+Tensor dimshuffle(const Tensor& x, std::vector<int64_t> pattern, Loc loc = Loc::current());
+Tensor reshape(const Tensor& x, Shape shape, Loc loc = Loc::current());
+Tensor reshape(const Tensor& x, std::initializer_list<int64_t> shape, Loc loc = Loc::current());
+Tensor flatten(const Tensor& x, int64_t outdim = 1, Loc loc = Loc::current());
+Tensor concatenate(const std::vector<Tensor>& xs, int64_t axis = 0, Loc loc = Loc::current());
+Tensor stack(const std::vector<Tensor>& xs, int64_t axis = 0, Loc loc = Loc::current());
+Tensor zeros_like(const Tensor& x, Loc loc = Loc::current());
+Tensor ones_like(const Tensor& x, Loc loc = Loc::current());
+Tensor slice(const Tensor& x, int64_t axis, std::optional<int64_t> start = std::nullopt,
+             std::optional<int64_t> stop = std::nullopt, int64_t step = 1, Loc loc = Loc::current());
+Tensor take(const Tensor& x, const Tensor& indices, int64_t axis = 0, Loc loc = Loc::current());
+
+Tensor softmax(const Tensor& x, int64_t axis = -1, Loc loc = Loc::current());
+Tensor log_softmax(const Tensor& x, int64_t axis = -1, Loc loc = Loc::current());
+Tensor categorical_crossentropy(const Tensor& probs, const Tensor& labels, Loc loc = Loc::current());
+Tensor binary_crossentropy(const Tensor& output, const Tensor& target, Loc loc = Loc::current());
+
+}  // namespace kiln

@@ -1,0 +1,189 @@
+// The public eager operations: each builds its symbolic expression (once per key, in run_eager)
+// with the very functions of ops.hpp, so types, broadcasting and errors are the symbolic ones.
+#include "eager/run_eager.hpp"
+#include "kiln/eager.hpp"
+
+namespace kiln {
+namespace {
+
+using Vars = std::span<const Var>;
+using Params = std::span<const int64_t>;
+
+EagerArg arg(const TensorOperand& o) {
+  if (o.tensor) return *o.tensor;
+  if (o.is_integer) return o.integer;
+  return o.number;
+}
+
+Tensor eager(EagerBuild build, std::initializer_list<EagerArg> args, std::initializer_list<int64_t> params,
+             const Loc& loc) {
+  return run_eager(build, std::span(args.begin(), args.size()), std::span(params.begin(), params.size()), loc);
+}
+
+Tensor in_place(EagerBuild build, const Tensor& a, const TensorOperand& b) {
+  // An operand that overlaps a otherwise than as a itself would be read after it is written.
+  Tensor read = b.tensor && b.tensor->shares_memory(a) &&
+                        !(b.tensor->offset() == a.offset() && b.tensor->shape() == a.shape() && b.tensor->strides() == a.strides())
+                    ? b.tensor->clone()
+                    : Tensor();
+  const EagerArg second = read.defined() ? EagerArg(read) : arg(b);
+  const EagerArg args[] = {a, second};
+  return run_eager(build, args, {}, b.loc, &a);
+}
+
+Axes axes_of(Params p) { return Axes(p.begin() + 1, p.end()); }
+std::vector<int64_t> reduce_params(const Axes& axes, bool keepdims) {
+  std::vector<int64_t> p{keepdims};
+  p.insert(p.end(), axes.begin(), axes.end());
+  return p;
+}
+Tensor reduction(EagerBuild build, const Tensor& x, const Axes& axes, bool keepdims, const Loc& loc) {
+  const std::vector<int64_t> params = reduce_params(axes, keepdims);
+  const EagerArg args[] = {x};
+  return run_eager(build, args, params, loc);
+}
+
+std::optional<int64_t> optional_at(Params p, size_t i) { return p[i] ? std::optional<int64_t>(p[i + 1]) : std::nullopt; }
+
+}  // namespace
+
+#define KILN_EAGER_OPERATOR(op)                                                                                  \
+  Tensor operator op(const TensorOperand& a, const TensorOperand& b) {                                          \
+    return eager(+[](Vars v, Params, const Loc& loc) { return Operand(v[0], loc) op Operand(v[1], loc); },       \
+                 {arg(a), arg(b)}, {}, a.loc);                                                                   \
+  }
+KILN_EAGER_OPERATOR(+)
+KILN_EAGER_OPERATOR(-)
+KILN_EAGER_OPERATOR(*)
+KILN_EAGER_OPERATOR(/)
+KILN_EAGER_OPERATOR(<)
+KILN_EAGER_OPERATOR(<=)
+KILN_EAGER_OPERATOR(>)
+KILN_EAGER_OPERATOR(>=)
+KILN_EAGER_OPERATOR(==)
+KILN_EAGER_OPERATOR(!=)
+#undef KILN_EAGER_OPERATOR
+
+Tensor operator-(const Tensor& a) {
+  return eager(+[](Vars v, Params, const Loc& loc) { return -Operand(v[0], loc); }, {a}, {}, Loc::current());
+}
+
+#define KILN_EAGER_IN_PLACE(name, op)                                                                            \
+  Tensor name(const Tensor& a, const TensorOperand& b) {                                                        \
+    return in_place(+[](Vars v, Params, const Loc& loc) { return Operand(v[0], loc) op Operand(v[1], loc); }, a, b); \
+  }
+KILN_EAGER_IN_PLACE(add_, +)
+KILN_EAGER_IN_PLACE(sub_, -)
+KILN_EAGER_IN_PLACE(mul_, *)
+KILN_EAGER_IN_PLACE(div_, /)
+#undef KILN_EAGER_IN_PLACE
+
+#define KILN_EAGER_UNARY(name)                                                                                   \
+  Tensor name(const Tensor& x, Loc loc) {                                                                        \
+    return eager(+[](Vars v, Params, const Loc& l) { return name(v[0], l); }, {x}, {}, loc);                     \
+  }
+KILN_EAGER_UNARY(exp)
+KILN_EAGER_UNARY(log)
+KILN_EAGER_UNARY(log1p)
+KILN_EAGER_UNARY(expm1)
+KILN_EAGER_UNARY(sqrt)
+KILN_EAGER_UNARY(sqr)
+KILN_EAGER_UNARY(tanh)
+KILN_EAGER_UNARY(sigmoid)
+KILN_EAGER_UNARY(softplus)
+KILN_EAGER_UNARY(relu)
+KILN_EAGER_UNARY(abs)
+KILN_EAGER_UNARY(sign)
+KILN_EAGER_UNARY(sin)
+KILN_EAGER_UNARY(cos)
+KILN_EAGER_UNARY(transpose)
+KILN_EAGER_UNARY(zeros_like)
+KILN_EAGER_UNARY(ones_like)
+#undef KILN_EAGER_UNARY
+
+#define KILN_EAGER_BINARY(name)                                                                                  \
+  Tensor name(const Tensor& x, const Tensor& y, Loc loc) {                                                       \
+    return eager(+[](Vars v, Params, const Loc& l) { return name(v[0], v[1], l); }, {x, y}, {}, loc);           \
+  }
+KILN_EAGER_BINARY(pow)
+KILN_EAGER_BINARY(maximum)
+KILN_EAGER_BINARY(minimum)
+KILN_EAGER_BINARY(dot)
+KILN_EAGER_BINARY(matmul)
+KILN_EAGER_BINARY(categorical_crossentropy)
+KILN_EAGER_BINARY(binary_crossentropy)
+#undef KILN_EAGER_BINARY
+
+#define KILN_EAGER_REDUCTION(name)                                                                               \
+  Tensor name(const Tensor& x, Axes axes, bool keepdims, Loc loc) {                                              \
+    return reduction(+[](Vars v, Params p, const Loc& l) { return name(v[0], axes_of(p), p[0] != 0, l); }, x, axes, \
+                     keepdims, loc);                                                                             \
+  }
+KILN_EAGER_REDUCTION(sum)
+KILN_EAGER_REDUCTION(mean)
+KILN_EAGER_REDUCTION(max)
+KILN_EAGER_REDUCTION(min)
+KILN_EAGER_REDUCTION(prod)
+KILN_EAGER_REDUCTION(argmax)
+KILN_EAGER_REDUCTION(logsumexp)
+#undef KILN_EAGER_REDUCTION
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, Loc loc) {
+  return eager(+[](Vars v, Params, const Loc& l) { return where(v[0], v[1], v[2], l); }, {cond, a, b}, {}, loc);
+}
+
+Tensor cast(const Tensor& x, DType dtype, Loc loc) {
+  return eager(+[](Vars v, Params p, const Loc& l) { return cast(v[0], static_cast<DType>(p[0]), l); }, {x},
+               {static_cast<int64_t>(dtype)}, loc);
+}
+
+Tensor dimshuffle(const Tensor& x, std::vector<int64_t> pattern, Loc loc) {
+  const EagerArg args[] = {x};
+  return run_eager(+[](Vars v, Params p, const Loc& l) { return dimshuffle(v[0], std::vector<int64_t>(p.begin(), p.end()), l); },
+                   args, pattern, loc);
+}
+
+Tensor reshape(const Tensor& x, Shape shape, Loc loc) {
+  const EagerArg args[] = {x};
+  return run_eager(+[](Vars v, Params p, const Loc& l) { return reshape(v[0], Shape(p.begin(), p.end()), l); }, args,
+                   shape, loc);
+}
+
+Tensor reshape(const Tensor& x, std::initializer_list<int64_t> shape, Loc loc) { return reshape(x, Shape(shape), loc); }
+
+Tensor flatten(const Tensor& x, int64_t outdim, Loc loc) {
+  return eager(+[](Vars v, Params p, const Loc& l) { return flatten(v[0], p[0], l); }, {x}, {outdim}, loc);
+}
+
+Tensor softmax(const Tensor& x, int64_t axis, Loc loc) {
+  return eager(+[](Vars v, Params p, const Loc& l) { return softmax(v[0], p[0], l); }, {x}, {axis}, loc);
+}
+
+Tensor log_softmax(const Tensor& x, int64_t axis, Loc loc) {
+  return eager(+[](Vars v, Params p, const Loc& l) { return log_softmax(v[0], p[0], l); }, {x}, {axis}, loc);
+}
+
+Tensor slice(const Tensor& x, int64_t axis, std::optional<int64_t> start, std::optional<int64_t> stop, int64_t step, Loc loc) {
+  return eager(+[](Vars v, Params p, const Loc& l) { return slice(v[0], p[0], optional_at(p, 1), optional_at(p, 3), p[5], l); },
+               {x}, {axis, start.has_value(), start.value_or(0), stop.has_value(), stop.value_or(0), step}, loc);
+}
+
+Tensor take(const Tensor& x, const Tensor& indices, int64_t axis, Loc loc) {
+  return eager(+[](Vars v, Params p, const Loc& l) { return take(v[0], v[1], p[0], l); }, {x, indices}, {axis}, loc);
+}
+
+Tensor concatenate(const std::vector<Tensor>& xs, int64_t axis, Loc loc) {
+  const std::vector<EagerArg> args(xs.begin(), xs.end());
+  const int64_t params[] = {axis};
+  return run_eager(+[](Vars v, Params p, const Loc& l) { return concatenate(std::vector<Var>(v.begin(), v.end()), p[0], l); },
+                   args, params, loc);
+}
+
+Tensor stack(const std::vector<Tensor>& xs, int64_t axis, Loc loc) {
+  const std::vector<EagerArg> args(xs.begin(), xs.end());
+  const int64_t params[] = {axis};
+  return run_eager(+[](Vars v, Params p, const Loc& l) { return stack(std::vector<Var>(v.begin(), v.end()), p[0], l); },
+                   args, params, loc);
+}
+
+}  // namespace kiln

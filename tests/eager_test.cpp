@@ -1,0 +1,126 @@
+// Eager operations on Tensor: the same values, types and errors as the compiled expression, fresh
+// handles, views that share storage, in-place variants.
+#include <gtest/gtest.h>
+
+#include "test_util.hpp"
+
+using namespace kiln;
+using namespace kiln::test;
+
+namespace {
+
+std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
+
+// fn on Tensors eagerly, and the same expression compiled: equal dtype, shape and values.
+template <class Eager, class Symbolic>
+void expect_as_compiled(Eager eager, Symbolic symbolic, const std::vector<Tensor>& args) {
+  std::vector<Var> vars;
+  for (const Tensor& a : args) {
+    std::vector<bool> bc(static_cast<size_t>(a.ndim()), false);
+    vars.push_back(tensor(a.dtype(), bc));
+  }
+  Function f = function(std::vector<In>(vars.begin(), vars.end()), {symbolic(vars)});
+  const Tensor expected = f(args)[0];
+  const Tensor got = eager(args);
+  EXPECT_EQ(got.dtype(), expected.dtype());
+  EXPECT_EQ(got.shape(), expected.shape());
+  const std::vector<double> g = values(got), e = values(expected);
+  ASSERT_EQ(g.size(), e.size());
+  for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], e[i], 1e-6 * (1 + std::abs(e[i])));
+}
+
+}  // namespace
+
+TEST(Eager, OperatorsFunctionsAndReductionsMatchTheCompiledExpression) {
+  const Tensor a = Tensor::from<float>({0.5f, -1.f, 2.f, 3.f, -0.25f, 1.5f}, {2, 3});
+  const Tensor b = Tensor::from<float>({1.f, 2.f, -3.f}, {3});
+  const Tensor i = Tensor::from<int64_t>({1, 0}, {2});
+  using V = std::vector<Var>;
+  using T = std::vector<Tensor>;
+  expect_as_compiled([](const T& t) { return t[0] * 2.0 + t[1]; }, [](const V& v) { return v[0] * 2.0 + v[1]; }, {a, b});
+  expect_as_compiled([](const T& t) { return exp(t[0]) / (1.0 + sqr(t[1])); },
+                     [](const V& v) { return exp(v[0]) / (1.0 + sqr(v[1])); }, {a, b});
+  expect_as_compiled([](const T& t) { return tanh(t[0]) - sigmoid(t[0]) + relu(t[0]) + abs(t[0]); },
+                     [](const V& v) { return tanh(v[0]) - sigmoid(v[0]) + relu(v[0]) + abs(v[0]); }, {a});
+  expect_as_compiled([](const T& t) { return t[0] < t[1]; }, [](const V& v) { return v[0] < v[1]; }, {a, b});
+  expect_as_compiled([](const T& t) { return sum(t[0], {1}); }, [](const V& v) { return sum(v[0], {1}); }, {a});
+  expect_as_compiled([](const T& t) { return mean(t[0]); }, [](const V& v) { return mean(v[0]); }, {a});
+  expect_as_compiled([](const T& t) { return max(t[0], {0}, true); }, [](const V& v) { return max(v[0], {0}, true); }, {a});
+  expect_as_compiled([](const T& t) { return argmax(t[0], {1}); }, [](const V& v) { return argmax(v[0], {1}); }, {a});
+  expect_as_compiled([](const T& t) { return logsumexp(t[0], {1}); }, [](const V& v) { return logsumexp(v[0], {1}); }, {a});
+  expect_as_compiled([](const T& t) { return dot(t[0], transpose(t[0])); }, [](const V& v) { return dot(v[0], transpose(v[0])); }, {a});
+  expect_as_compiled([](const T& t) { return softmax(t[0]); }, [](const V& v) { return softmax(v[0]); }, {a});
+  expect_as_compiled([](const T& t) { return categorical_crossentropy(softmax(t[0]), t[1]); },
+                     [](const V& v) { return categorical_crossentropy(softmax(v[0]), v[1]); }, {a, i});
+  expect_as_compiled([](const T& t) { return take(t[0], t[1], 0); }, [](const V& v) { return take(v[0], v[1], 0); }, {a, i});
+  expect_as_compiled([](const T& t) { return concatenate({t[0], t[0]}, 1); }, [](const V& v) { return concatenate({v[0], v[0]}, 1); }, {a});
+  expect_as_compiled([](const T& t) { return cast(t[0], i32); }, [](const V& v) { return cast(v[0], i32); }, {a});
+  expect_as_compiled([](const T& t) { return where(t[0] > 0.0, t[0], -t[0]); },
+                     [](const V& v) { return where(v[0] > 0.0, v[0], -v[0]); }, {a});
+}
+
+TEST(Eager, NumbersAreWeakAsInSymbolicExpressions) {
+  const Tensor a = Tensor::ones({3});
+  EXPECT_EQ((a * 2.0).dtype(), f32);
+  EXPECT_EQ((2 * a).dtype(), f32);
+  const Tensor n = Tensor::from<int32_t>({1, 2});
+  EXPECT_EQ((n + 1).dtype(), i32);
+  EXPECT_EQ((n * 0.5).dtype(), f64);
+  EXPECT_EQ(values(n * 0.5), (std::vector<double>{0.5, 1.0}));
+}
+
+TEST(Eager, EveryOperationReturnsAFreshHandleAndViewsShareStorage) {
+  Tensor a = Tensor::from<float>({1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor r = reshape(a, {3, 2});
+  Tensor t = transpose(a);
+  Tensor s = slice(a, 1, 1, 3);
+  EXPECT_TRUE(r.same_storage(a));
+  EXPECT_TRUE(t.same_storage(a));
+  EXPECT_TRUE(s.same_storage(a));
+  EXPECT_EQ(values(s), (std::vector<double>{2, 3, 5, 6}));
+  r.dispose();  // a fresh handle: the others are untouched
+  EXPECT_FALSE(a.is_disposed());
+  Tensor same = add_(a, 1.0);  // in place, still a fresh handle
+  EXPECT_TRUE(same.same_storage(a));
+  EXPECT_EQ(values(a), (std::vector<double>{2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(values(t), (std::vector<double>{2, 5, 3, 6, 4, 7})) << "the view sees the write";
+  same.dispose();
+  EXPECT_FALSE(a.is_disposed());
+  mul_(a, Tensor::from<float>({1, 0, 2}));
+  EXPECT_EQ(values(a), (std::vector<double>{2, 0, 8, 5, 0, 14}));
+  div_(a, a);
+  sub_(a, 1);
+  EXPECT_EQ(values(sum(a != a)), (std::vector<double>{2}));  // 0/0 is NaN
+}
+
+TEST(Eager, AnInPlaceOperandThatOverlapsTheTargetIsReadBeforeItIsWritten) {
+  Tensor a = Tensor::from<float>({1, 2, 3, 4});
+  Tensor shifted = slice(a, 0, 1, 4);
+  Tensor head = slice(a, 0, 0, 3);
+  add_(head, shifted);
+  EXPECT_EQ(values(a), (std::vector<double>{3, 5, 7, 4}));
+}
+
+TEST(Eager, ErrorsAreTheSymbolicOnesWithTheUsersLine) {
+  const Tensor a = Tensor::ones({2, 2});
+  const int line = __LINE__ + 1;
+  expect_error<ShapeError>([&] { (void)(a + Tensor::ones({3})); }, {"cannot be broadcast", "eager_test.cpp:" + std::to_string(line)});
+  expect_error<TypeError>([&] { (void)take(a, Tensor::ones({1})); }, {"take"});
+  expect_error<ShapeError>([&] { (void)add_(a, Tensor::ones({3, 2, 2})); }, {"in place", "f32(3,2,2)", "f32(2,2)"});
+  Tensor d = Tensor::ones({2});
+  d.dispose();
+  expect_error<DisposedError>([&] { (void)(d + 1.0); }, {"disposed"});
+}
+
+TEST(Eager, TheAccuracyExpressionOfTheSeedLeavesNothingLive) {
+  const Tensor p = Tensor::from<float>({0.1f, 0.9f, 0.8f, 0.2f, 0.3f, 0.7f}, {3, 2});
+  const Tensor labels = Tensor::from<int64_t>({1, 0, 0});
+  const ScopeStatistics start = scope_statistics();
+  int64_t correct = 0;
+  for (int i = 0; i < 100; ++i) {
+    DisposeScope scope;
+    correct += sum(argmax(p, {1}) == labels).item<int64_t>();
+  }
+  EXPECT_EQ(correct, 200);
+  EXPECT_EQ(scope_statistics().live, start.live);
+}
