@@ -81,6 +81,9 @@ Tensor reshape(const Tensor& x, std::initializer_list<int64_t> shape, Loc loc = 
 Tensor flatten(const Tensor& x, int64_t outdim = 1, Loc loc = Loc::current());
 Tensor concatenate(const std::vector<Tensor>& xs, int64_t axis = 0, Loc loc = Loc::current());
 Tensor stack(const std::vector<Tensor>& xs, int64_t axis = 0, Loc loc = Loc::current());
+// Braced lists of tensors (an empty list picks these too, and is refused as the symbolic one is).
+Tensor concatenate(std::initializer_list<Tensor> xs, int64_t axis = 0, Loc loc = Loc::current());
+Tensor stack(std::initializer_list<Tensor> xs, int64_t axis = 0, Loc loc = Loc::current());
 Tensor zeros_like(const Tensor& x, Loc loc = Loc::current());
 Tensor ones_like(const Tensor& x, Loc loc = Loc::current());
 Tensor slice(const Tensor& x, int64_t axis, std::optional<int64_t> start = std::nullopt,

@@ -186,4 +186,8 @@ Tensor stack(const std::vector<Tensor>& xs, int64_t axis, Loc loc) {
                    args, params, loc);
 }
 
+Tensor concatenate(std::initializer_list<Tensor> xs, int64_t axis, Loc loc) { return concatenate(std::vector<Tensor>(xs), axis, loc); }
+
+Tensor stack(std::initializer_list<Tensor> xs, int64_t axis, Loc loc) { return stack(std::vector<Tensor>(xs), axis, loc); }
+
 }  // namespace kiln
