@@ -30,7 +30,7 @@ struct Entry {
   Var result;
   std::vector<Step> steps;
   std::vector<Tensor> values;  // per slot: arguments, constants, node outputs
-  std::vector<int> constant_slots;
+  std::vector<int> transient_slots;  // every slot but the constants': filled by a run, emptied after it
   std::vector<Tensor> numbers;  // per numeric argument, the 0-d tensor it is written into
   std::shared_ptr<Storage> scratch;
   int result_slot = -1;
@@ -142,10 +142,7 @@ std::unique_ptr<Entry> build_entry(EagerBuild build, std::span<const EagerArg> a
   int n_slots = static_cast<int>(e->placeholders.size());
   auto slot_of = [&](const Variable* v) {
     auto [it, added] = slot.try_emplace(v, n_slots);
-    if (added) {
-      ++n_slots;
-      if (v->constant) e->constant_slots.push_back(it->second);
-    }
+    if (added) ++n_slots;
     return it->second;
   };
   for (const Node* n : order) {
@@ -160,8 +157,10 @@ std::unique_ptr<Entry> build_entry(EagerBuild build, std::span<const EagerArg> a
   }
   e->result_slot = slot_of(e->result.get());
   e->values.resize(static_cast<size_t>(n_slots));
-  for (const auto& [v, s] : slot)
+  for (const auto& [v, s] : slot) {
     if (v->constant) e->values[static_cast<size_t>(s)] = *v->constant;
+    else e->transient_slots.push_back(s);
+  }
   // The first run finds every shape (and checks them, with the user's line on any error).
   bind_arguments(*e, args);
   for (size_t k = 0; k < e->steps.size(); ++k) {
@@ -200,9 +199,7 @@ Tensor run(Entry& e, std::span<const EagerArg> args, const Tensor* into) {
   bind_arguments(e, args);
   for (size_t k = 0; k < e.steps.size(); ++k) run_step(e, k, k + 1 == e.steps.size() ? into : nullptr);
   Tensor result = e.values[static_cast<size_t>(e.result_slot)];
-  for (size_t i = 0; i < e.values.size(); ++i)
-    if (std::find(e.constant_slots.begin(), e.constant_slots.end(), static_cast<int>(i)) == e.constant_slots.end())
-      e.values[i] = Tensor();
+  for (int s : e.transient_slots) e.values[static_cast<size_t>(s)] = Tensor();
   return result;
 }
 
