@@ -1,4 +1,5 @@
 set(KILN_SOURCES
+  src/tensor/block_pool.cpp
   src/tensor/dtype.cpp
   src/tensor/handle_pool.cpp
   src/tensor/isa.cpp

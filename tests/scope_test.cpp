@@ -278,3 +278,22 @@ TEST(Statistics, ATestThatMakesTensorsInScopesEndsWithNoneLive) {
   EXPECT_EQ(end.live, start.live);
   EXPECT_EQ(end.created - start.created, 2000);
 }
+
+TEST(Statistics, ScopedEagerIterationsEndWithNoStorageOrTensorLeftLive) {
+  const Tensor a = Tensor::ones({10}), b = Tensor::full({10}, 2.0);
+  const int64_t storages = allocator_stats().live_storages;
+  const ScopeStatistics start = scope_statistics();
+  constexpr int kIterations = 100'000;  // bench/eager.sh runs 10^6
+  double total = 0;
+  for (int i = 0; i < kIterations; ++i) {
+    DisposeScope scope;
+    Tensor c = a + b;
+    if (i % 1000 == 0) total += c.item_as_double(0);
+  }
+  EXPECT_EQ(total, 3.0 * kIterations / 1000);
+  EXPECT_EQ(allocator_stats().live_storages, storages);
+  const ScopeStatistics end = scope_statistics();
+  EXPECT_EQ(end.live, start.live);
+  EXPECT_EQ(end.created - start.created, kIterations);
+  EXPECT_EQ(end.disposed - start.disposed, kIterations);
+}

@@ -1,3 +1,6 @@
+#include <thread>
+#include <vector>
+
 #include "test_util.hpp"
 
 using namespace kiln;
@@ -82,6 +85,39 @@ TEST(Tensor, LargeFreedBlocksAreReusedAndCanBeReleased) {
   }
   release_cached_memory();
   EXPECT_EQ(allocator_stats().bytes_cached, 0);
+}
+
+TEST(Tensor, SmallFreedBlocksAreReusedByTheirThreadAndCanBeReleased) {
+  release_cached_memory();
+  const void* first;
+  {
+    Tensor t = Tensor::empty({1000}, f32);  // 4000 bytes: the 4096-byte class
+    first = t.raw_data();
+  }
+  const auto s = allocator_stats();
+  EXPECT_EQ(s.bytes_cached, 4096);
+  {
+    Tensor again = Tensor::empty({1020}, f32);  // 4080 bytes: the same class, the same block
+    EXPECT_EQ(again.raw_data(), first);
+    EXPECT_EQ(allocator_stats().bytes_cached, 0);
+    EXPECT_EQ(allocator_stats().n_system_allocations, s.n_system_allocations);
+    EXPECT_EQ(allocator_stats().n_allocations, s.n_allocations + 1);
+  }
+  std::thread([] { Tensor elsewhere = Tensor::empty({1020}, f32); }).join();
+  EXPECT_EQ(allocator_stats().bytes_cached, 4096) << "a thread's kept blocks are freed when it exits";
+  release_cached_memory();
+  EXPECT_EQ(allocator_stats().bytes_cached, 0);
+}
+
+TEST(Tensor, TheSmallBlocksKeptAreBounded) {
+  release_cached_memory();
+  {
+    std::vector<Tensor> many;
+    for (int i = 0; i < 200; ++i) many.push_back(Tensor::empty({200'000}, f32));  // 800 kB each
+  }
+  EXPECT_LE(allocator_stats().bytes_cached, int64_t{64} << 20);
+  EXPECT_GT(allocator_stats().bytes_cached, int64_t{32} << 20);
+  release_cached_memory();
 }
 
 TEST(Tensor, ViewsShareStorageAndCloneDoesNot) {

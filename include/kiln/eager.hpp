@@ -1,4 +1,5 @@
 #pragma once
+#include <concepts>
 #include <optional>
 #include <vector>
 
@@ -70,6 +71,26 @@ Tensor min(const Tensor& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc
 Tensor prod(const Tensor& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
 Tensor argmax(const Tensor& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
 Tensor logsumexp(const Tensor& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
+
+namespace detail {
+enum class Reduction { sum, mean, max, min, prod, argmax, logsumexp };
+Tensor reduce_along(Reduction reduction, const Tensor& x, int64_t axis, bool keepdims, Loc loc);
+}  // namespace detail
+// One axis given as a number, as in argmax(p, 1): the same as {1}, with no Axes to build (a
+// braced list still picks the overloads above).
+#define KILN_EAGER_ONE_AXIS(name)                                                                 \
+  template <std::integral Axis>                                                                   \
+  Tensor name(const Tensor& x, Axis axis, bool keepdims = false, Loc loc = Loc::current()) {      \
+    return detail::reduce_along(detail::Reduction::name, x, static_cast<int64_t>(axis), keepdims, loc); \
+  }
+KILN_EAGER_ONE_AXIS(sum)
+KILN_EAGER_ONE_AXIS(mean)
+KILN_EAGER_ONE_AXIS(max)
+KILN_EAGER_ONE_AXIS(min)
+KILN_EAGER_ONE_AXIS(prod)
+KILN_EAGER_ONE_AXIS(argmax)
+KILN_EAGER_ONE_AXIS(logsumexp)
+#undef KILN_EAGER_ONE_AXIS
 
 Tensor dot(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
 Tensor matmul(const Tensor& a, const Tensor& b, Loc loc = Loc::current());

@@ -80,13 +80,17 @@ class Storage {
 struct AllocatorStats {
   int64_t bytes_in_use = 0;
   int64_t peak_bytes = 0;
-  int64_t n_allocations = 0;  // since the program started
+  int64_t n_allocations = 0;  // storages made since the program started
   int64_t live_storages = 0;
-  int64_t bytes_cached = 0;  // freed blocks of 1 MiB or more kept for reuse (not in use)
+  // Freed blocks kept for reuse (not in use): small ones per thread, bounded (64 MiB a thread),
+  // blocks of 1 MiB or more shared, up to 512 MiB.
+  int64_t bytes_cached = 0;
+  int64_t n_system_allocations = 0;  // of n_allocations, those that took a new block from the system
 };
 AllocatorStats allocator_stats();
 void reset_peak_bytes();
-// Returns the cached blocks to the system.
+// Returns the cached blocks to the system: the shared ones and the calling thread's small ones
+// (another thread's small blocks go when it exits).
 void release_cached_memory();
 
 // Threads for kernels and matrix products (one OpenMP runtime for everything).
@@ -157,6 +161,10 @@ class Tensor {
   Tensor to(DType dtype, Loc loc = Loc::current()) const;  // a converted contiguous copy (a copy even if equal)
   Tensor view(Shape shape, Shape strides, int64_t offset, Loc loc = Loc::current()) const;
   Tensor reshape(const Shape& shape, Loc loc = Loc::current()) const;  // a view when contiguous, else a copy
+  Tensor reshape(std::initializer_list<int64_t> shape, Loc loc = Loc::current()) const;
+  // The eager reductions over every element (kiln/eager.hpp has them by axes).
+  Tensor sum(Loc loc = Loc::current()) const;
+  Tensor mean(Loc loc = Loc::current()) const;
   void copy_from(const Tensor& src);           // same shape; converts dtype
   bool shares_memory(const Tensor& other) const;
   bool same_storage(const Tensor& other) const;

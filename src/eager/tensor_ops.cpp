@@ -2,6 +2,7 @@
 // with the very functions of ops.hpp, so types, broadcasting and errors are the symbolic ones.
 #include "eager/run_eager.hpp"
 #include "kiln/eager.hpp"
+#include "tensor/small_vector.hpp"
 
 namespace kiln {
 namespace {
@@ -32,13 +33,9 @@ Tensor in_place(EagerBuild build, const Tensor& a, const TensorOperand& b) {
 }
 
 Axes axes_of(Params p) { return Axes(p.begin() + 1, p.end()); }
-std::vector<int64_t> reduce_params(const Axes& axes, bool keepdims) {
-  std::vector<int64_t> p{keepdims};
-  p.insert(p.end(), axes.begin(), axes.end());
-  return p;
-}
-Tensor reduction(EagerBuild build, const Tensor& x, const Axes& axes, bool keepdims, const Loc& loc) {
-  const std::vector<int64_t> params = reduce_params(axes, keepdims);
+Tensor reduction(EagerBuild build, const Tensor& x, std::span<const int64_t> axes, bool keepdims, const Loc& loc) {
+  SmallVector<int64_t, 8> params{keepdims};
+  for (int64_t axis : axes) params.push_back(axis);
   const EagerArg args[] = {x};
   return run_eager(build, args, params, loc);
 }
@@ -115,9 +112,11 @@ KILN_EAGER_BINARY(binary_crossentropy)
 #undef KILN_EAGER_BINARY
 
 #define KILN_EAGER_REDUCTION(name)                                                                               \
+  EagerBuild build_##name() {                                                                                    \
+    return +[](Vars v, Params p, const Loc& l) { return name(v[0], axes_of(p), p[0] != 0, l); };                 \
+  }                                                                                                              \
   Tensor name(const Tensor& x, Axes axes, bool keepdims, Loc loc) {                                              \
-    return reduction(+[](Vars v, Params p, const Loc& l) { return name(v[0], axes_of(p), p[0] != 0, l); }, x, axes, \
-                     keepdims, loc);                                                                             \
+    return reduction(build_##name(), x, axes, keepdims, loc);                                                    \
   }
 KILN_EAGER_REDUCTION(sum)
 KILN_EAGER_REDUCTION(mean)
@@ -127,6 +126,16 @@ KILN_EAGER_REDUCTION(prod)
 KILN_EAGER_REDUCTION(argmax)
 KILN_EAGER_REDUCTION(logsumexp)
 #undef KILN_EAGER_REDUCTION
+
+Tensor Tensor::sum(Loc loc) const { return kiln::sum(*this, Axes{}, false, loc); }
+Tensor Tensor::mean(Loc loc) const { return kiln::mean(*this, Axes{}, false, loc); }
+
+Tensor detail::reduce_along(Reduction reduction, const Tensor& x, int64_t axis, bool keepdims, Loc loc) {
+  static constexpr EagerBuild (*builds[])() = {build_sum, build_mean, build_max,      build_min,
+                                               build_prod, build_argmax, build_logsumexp};
+  const int64_t axes[] = {axis};
+  return kiln::reduction(builds[static_cast<size_t>(reduction)](), x, axes, keepdims, loc);
+}
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, Loc loc) {
   return eager(+[](Vars v, Params, const Loc& l) { return where(v[0], v[1], v[2], l); }, {cond, a, b}, {}, loc);
@@ -143,13 +152,19 @@ Tensor dimshuffle(const Tensor& x, std::vector<int64_t> pattern, Loc loc) {
                    args, pattern, loc);
 }
 
-Tensor reshape(const Tensor& x, Shape shape, Loc loc) {
+namespace {
+Tensor reshape_to(const Tensor& x, Params shape, const Loc& loc) {
   const EagerArg args[] = {x};
   return run_eager(+[](Vars v, Params p, const Loc& l) { return reshape(v[0], Shape(p.begin(), p.end()), l); }, args,
                    shape, loc);
 }
+}  // namespace
 
-Tensor reshape(const Tensor& x, std::initializer_list<int64_t> shape, Loc loc) { return reshape(x, Shape(shape), loc); }
+Tensor reshape(const Tensor& x, Shape shape, Loc loc) { return reshape_to(x, shape, loc); }
+
+Tensor reshape(const Tensor& x, std::initializer_list<int64_t> shape, Loc loc) {
+  return reshape_to(x, Params(shape.begin(), shape.size()), loc);
+}
 
 Tensor flatten(const Tensor& x, int64_t outdim, Loc loc) {
   return eager(+[](Vars v, Params p, const Loc& l) { return flatten(v[0], p[0], l); }, {x}, {outdim}, loc);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kiln/tensor.hpp"
+#include "tensor/block_pool.hpp"
 
 namespace kiln {
 namespace {
@@ -53,9 +54,11 @@ bool keep_cached(void* p, size_t rounded) {
   return true;
 }
 
-size_t rounded_size(size_t nbytes) {
-  size_t rounded = (nbytes + kAlignment - 1) / kAlignment * kAlignment;
-  return rounded == 0 ? kAlignment : rounded;
+// The bytes of the block that holds nbytes: a pool class for small tensors, whole cache lines
+// for the rest.
+size_t capacity(size_t nbytes) {
+  if (nbytes < BlockPool::kDataBytes) return BlockPool::data_class(nbytes);
+  return (nbytes + kAlignment - 1) / kAlignment * kAlignment;
 }
 
 struct Counters {
@@ -63,6 +66,7 @@ struct Counters {
   std::atomic<int64_t> peak_bytes{0};
   std::atomic<int64_t> n_allocations{0};
   std::atomic<int64_t> live_storages{0};
+  std::atomic<int64_t> n_system_allocations{0};
 };
 
 Counters& counters() {
@@ -80,12 +84,15 @@ void raise_peak(int64_t now) {
 }  // namespace
 
 std::shared_ptr<Storage> Storage::allocate(size_t nbytes) {
-  const size_t rounded = rounded_size(nbytes);
-  void* p = take_cached(rounded);
-  if (!p) p = std::aligned_alloc(kAlignment, rounded);
-  if (!p) {  // the cached blocks may be what stands in the way
-    release_cached_memory();
+  const size_t rounded = capacity(nbytes);
+  void* p = rounded < BlockPool::kDataBytes ? BlockPool::take_data(rounded) : take_cached(rounded);
+  if (!p) {
     p = std::aligned_alloc(kAlignment, rounded);
+    if (!p) {  // the cached blocks may be what stands in the way
+      release_cached_memory();
+      p = std::aligned_alloc(kAlignment, rounded);
+    }
+    if (p) counters().n_system_allocations.fetch_add(1, std::memory_order_relaxed);
   }
   if (!p) {
     char gib[32];
@@ -102,16 +109,19 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes) {
 std::shared_ptr<Storage> Storage::borrow(void* data, size_t nbytes) { return make(static_cast<std::byte*>(data), nbytes, false); }
 
 std::shared_ptr<Storage> Storage::make(std::byte* data, size_t nbytes, bool owned) {
-  // One allocation for the object and its reference count (make_shared needs a public constructor).
+  // One block for the object and its reference count, from the pool (allocate_shared needs a
+  // public constructor).
   struct Made : Storage {
     Made(std::byte* d, size_t n, bool o) : Storage(d, n, o) {}
   };
-  return std::make_shared<Made>(data, nbytes, owned);
+  return std::allocate_shared<Made>(PooledAllocator<Made>{}, data, nbytes, owned);
 }
 
 Storage::~Storage() {
   if (!owned_) return;
-  if (!keep_cached(data_, rounded_size(nbytes_))) std::free(data_);
+  const size_t rounded = capacity(nbytes_);
+  const bool kept = rounded < BlockPool::kDataBytes ? BlockPool::keep_data(data_, rounded) : keep_cached(data_, rounded);
+  if (!kept) std::free(data_);
   auto& c = counters();
   c.bytes_in_use.fetch_sub(static_cast<int64_t>(nbytes_), std::memory_order_relaxed);
   c.live_storages.fetch_sub(1, std::memory_order_relaxed);
@@ -124,10 +134,12 @@ AllocatorStats allocator_stats() {
     std::lock_guard lock(cache().mutex);
     cached = static_cast<int64_t>(cache().bytes);
   }
-  return {c.bytes_in_use.load(), c.peak_bytes.load(), c.n_allocations.load(), c.live_storages.load(), cached};
+  return {c.bytes_in_use.load(), c.peak_bytes.load(),      c.n_allocations.load(),
+          c.live_storages.load(), cached + BlockPool::kept_data_bytes(), c.n_system_allocations.load()};
 }
 
 void release_cached_memory() {
+  BlockPool::release_kept_data();
   BlockCache& c = cache();
   std::lock_guard lock(c.mutex);
   for (auto& [size, blocks] : c.free_blocks)

@@ -5,6 +5,7 @@
 #include "kiln/tensor.hpp"
 #include "tensor/copy.hpp"
 #include "tensor/handles.hpp"
+#include "tensor/small_vector.hpp"
 #include "tensor/dispatch.hpp"
 #include "tensor/nd_loop.hpp"
 #include "tensor/tensor_book.hpp"
@@ -238,16 +239,33 @@ Tensor Tensor::view(Shape shape, Shape strides, int64_t offset, Loc loc) const {
   return view_of(storage(), dtype(), std::move(shape), std::move(strides), offset, loc);
 }
 
-Tensor Tensor::reshape(const Shape& new_shape, Loc loc) const {
-  if (shape_numel(new_shape) != numel())
-    throw ShapeError("Tensor::reshape: cannot reshape " + str() + " to " + shape_str(new_shape));
-  if (is_contiguous()) return view(new_shape, contiguous_strides(new_shape), offset(), loc);
+namespace {
+// t with new_shape: a view when t is contiguous, else a view of a contiguous copy. The strides are
+// computed in place, so that a loop reshaping tensors allocates nothing for them.
+Tensor reshaped(const Tensor& t, std::span<const int64_t> new_shape, Loc loc) {
+  int64_t n = 1;
+  for (int64_t d : new_shape)
+    if (d < 0 || __builtin_mul_overflow(n, d, &n))
+      throw ShapeError("Tensor::reshape: cannot reshape " + t.str() + " to " + shape_str(Shape(new_shape.begin(), new_shape.end())));
+  if (n != t.numel())
+    throw ShapeError("Tensor::reshape: cannot reshape " + t.str() + " to " + shape_str(Shape(new_shape.begin(), new_shape.end())));
+  SmallVector<int64_t, 8> strides(new_shape.size(), 0);
+  for (size_t i = new_shape.size(), stride = 1; i-- > 0; stride *= static_cast<size_t>(new_shape[i]))
+    strides[i] = static_cast<int64_t>(stride);
+  if (t.is_contiguous()) return TensorHandles::make(t.storage(), t.dtype(), new_shape, strides, t.offset(), loc);
   Tensor copy;
   {
     const InternalTensors internal;
-    copy = clone();
+    copy = t.clone();
   }
-  return copy.view(new_shape, contiguous_strides(new_shape), 0, loc);
+  return TensorHandles::make(copy.storage(), copy.dtype(), new_shape, strides, 0, loc);
+}
+}  // namespace
+
+Tensor Tensor::reshape(const Shape& new_shape, Loc loc) const { return reshaped(*this, new_shape, loc); }
+
+Tensor Tensor::reshape(std::initializer_list<int64_t> new_shape, Loc loc) const {
+  return reshaped(*this, std::span(new_shape.begin(), new_shape.size()), loc);
 }
 
 namespace {

@@ -1,0 +1,38 @@
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace kiln {
+
+// Released memory blocks, kept per thread and handed out again for the same size class, so that a
+// loop making tensors of the same sizes goes to the heap only on its first pass. A block may be
+// released on another thread than the one that took it; it is then kept by the releasing thread.
+// Each list is bounded; what a thread keeps is freed when it exits.
+struct BlockPool {
+  // Blocks of up to kSmallBytes (handles' reference counts, storage objects): 16-byte classes.
+  static constexpr size_t kSmallBytes = 128;
+  static void* take_small(size_t bytes);  // never null; operator new when none is kept
+  static void give_small(void* p, size_t bytes);
+
+  // Tensor data blocks below kDataBytes, 64-byte aligned. data_class is the capacity of the block
+  // a request of nbytes gets (at most a quarter more); take_data returns null when none is kept,
+  // keep_data false when the block is not kept (the caller frees it).
+  static constexpr size_t kDataBytes = size_t{1} << 20;
+  static size_t data_class(size_t nbytes);
+  static void* take_data(size_t class_bytes);
+  static bool keep_data(void* p, size_t class_bytes);
+  static int64_t kept_data_bytes();  // on all threads
+  static void release_kept_data();   // this thread's, to the system
+};
+
+// An allocator for std::allocate_shared (and shared_ptr's control blocks) drawing on the pool.
+template <class T> struct PooledAllocator {
+  using value_type = T;
+  PooledAllocator() = default;
+  template <class U> PooledAllocator(const PooledAllocator<U>&) {}  // NOLINT: rebinding
+  T* allocate(size_t n) { return static_cast<T*>(BlockPool::take_small(n * sizeof(T))); }
+  void deallocate(T* p, size_t n) { BlockPool::give_small(p, n * sizeof(T)); }
+  template <class U> bool operator==(const PooledAllocator<U>&) const { return true; }
+};
+
+}  // namespace kiln
