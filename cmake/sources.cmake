@@ -33,6 +33,9 @@ set(KILN_SOURCES
   src/exec/run_node.cpp
   src/eager/run_eager.cpp
   src/eager/tensor_ops.cpp
+  src/data/dataset.cpp
+  src/data/fashion_mnist.cpp
+  src/data/data_loader.cpp
   src/grad/grad.cpp
   src/grad/rop.cpp
   src/grad/jacobian.cpp

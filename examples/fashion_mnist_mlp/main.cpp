@@ -3,14 +3,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
-#include <numeric>
 #include <random>
 #include <string>
 
 #include <kiln/kiln.hpp>
-
-#include "idx.hpp"
 
 using namespace kiln;
 
@@ -25,14 +21,6 @@ Tensor init_weights(int64_t rows, int64_t cols, std::mt19937& rng) {
   return Tensor::from(v, {rows, cols});
 }
 
-// Copies the rows named by order[begin, end) into a contiguous batch.
-void gather(const Tensor& src, const std::vector<int64_t>& order, int64_t begin, int64_t end, Tensor& dst) {
-  const int64_t width = src.ndim() == 2 ? src.shape()[1] : 1;
-  const size_t row_bytes = static_cast<size_t>(width) * dtype_size(src.dtype());
-  for (int64_t i = begin; i < end; ++i)
-    std::memcpy(dst.raw_data() + (i - begin) * row_bytes, src.raw_data() + order[i] * row_bytes, row_bytes);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -41,12 +29,9 @@ int main(int argc, char** argv) {
   const int64_t batch = 20;
   const double initial_rate = 0.1;
   try {
-    Tensor train_x = read_idx_images(dir + "/train-images-idx3-ubyte.gz");
-    Tensor train_y = read_idx_labels(dir + "/train-labels-idx1-ubyte.gz");
-    Tensor test_x = read_idx_images(dir + "/t10k-images-idx3-ubyte.gz");
-    Tensor test_y = read_idx_labels(dir + "/t10k-labels-idx1-ubyte.gz");
-    std::printf("Fashion-MNIST: %lld training and %lld test images\n", static_cast<long long>(train_x.shape()[0]),
-                static_cast<long long>(test_x.shape()[0]));
+    FashionMnist train_set(Split::train, dir), test_set(Split::test, dir);
+    std::printf("Fashion-MNIST: %lld training and %lld test images\n", static_cast<long long>(train_set.size()),
+                static_cast<long long>(test_set.size()));
 
     std::mt19937 rng(1234);
     Shared W1 = shared(init_weights(784, 500, rng), "W1"), b1 = shared(Tensor::zeros({500}), "b1");
@@ -56,7 +41,6 @@ int main(int argc, char** argv) {
     Var hidden = tanh(dot(x, W1) + b1);
     Var probs = softmax(dot(hidden, W2) + b2);
     Var loss = mean(categorical_crossentropy(probs, y));
-    Var correct = sum(cast(argmax(probs, {1}) == y, i64));
     // The learning rate is a shared scalar so that the schedule changes it without recompiling.
     Shared learning_rate = shared(Tensor::scalar(static_cast<float>(initial_rate)), "learning_rate");
     std::vector<Shared> params{W1, b1, W2, b2};
@@ -64,36 +48,43 @@ int main(int argc, char** argv) {
     Updates updates;
     for (size_t i = 0; i < params.size(); ++i) updates.push_back({params[i], params[i] - learning_rate * grads[i]});
 
-    Function train = function({In(x, {.borrow = true}), In(y, {.borrow = true})}, {loss, correct}, {.updates = updates});
-    Function evaluate = function({x, y}, {correct});
+    Function train = function({In(x, {.borrow = true}), In(y, {.borrow = true})}, {loss, probs}, {.updates = updates});
+    Function predict = function({x}, {probs});
 
-    const int64_t n = train_x.shape()[0];
-    std::vector<int64_t> order(n);
-    std::iota(order.begin(), order.end(), 0);
-    Tensor bx = Tensor::empty({batch, 784}), by = Tensor::empty({batch}, i64);
+    // Batches come shuffled by the loader and are disposed when the next one is fetched; every
+    // tensor a step makes lives in the step's dispose scope, so nothing is left behind.
+    DataLoader batches(train_set, {.batch_size = batch, .shuffle = true, .seed = 1234, .drop_last = true});
+    const Tensor& test_images = test_set.field("image");
+    const Tensor& test_labels = test_set.field("label");
+
     double test_accuracy = 0;
     for (int epoch = 1; epoch <= epochs; ++epoch) {
       learning_rate.set_value(Tensor::scalar(static_cast<float>(initial_rate / (1.0 + 0.5 * (epoch - 1)))));
-      std::shuffle(order.begin(), order.end(), rng);
       auto start = std::chrono::steady_clock::now();
       double total_loss = 0;
       int64_t total_correct = 0, seen = 0;
-      for (int64_t i = 0; i + batch <= n; i += batch) {
-        gather(train_x, order, i, i + batch, bx);
-        gather(train_y, order, i, i + batch, by);
-        auto out = train(bx, by);
+      for (const NamedTensors& b : batches) {
+        DisposeScope step;
+        const std::vector<Tensor> out = train(b["image"], b["label"]);
         total_loss += out[0].item<double>() * batch;
-        total_correct += out[1].item<int64_t>();
+        total_correct += (argmax(out[1], 1) == b["label"]).sum().item<int64_t>();
         seen += batch;
       }
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      const int64_t test_correct = evaluate(test_x, test_y)[0].item<int64_t>();
-      test_accuracy = static_cast<double>(test_correct) / static_cast<double>(test_x.shape()[0]);
+      {
+        DisposeScope evaluation;
+        const Tensor p = predict(test_images)[0];
+        test_accuracy = (argmax(p, 1) == test_labels).mean().item<double>();
+      }
       std::printf("epoch %d  loss %.4f  train accuracy %.2f%%  test accuracy %.2f%%  %.0f examples/s\n", epoch,
                   total_loss / static_cast<double>(seen), 100.0 * static_cast<double>(total_correct) / static_cast<double>(seen),
                   100.0 * test_accuracy, static_cast<double>(seen) / seconds);
       std::fflush(stdout);
     }
+    const ScopeStatistics tensors = scope_statistics(Threads::all);
+    std::printf("tensors made for this program: %lld, disposed: %lld, live: %lld\n", static_cast<long long>(tensors.created),
+                static_cast<long long>(tensors.disposed), static_cast<long long>(tensors.live));
+    if (tensors.live != 0) std::printf("%s", live_tensor_report().c_str());
     if (test_accuracy < 0.85) {
       std::printf("test accuracy %.2f%% is below the 85%% this example promises\n", 100.0 * test_accuracy);
       return 1;

@@ -17,7 +17,6 @@
 
 #include <kiln/kiln.hpp>
 
-#include "../fashion_mnist_mlp/idx.hpp"
 
 using namespace kiln;
 
@@ -101,8 +100,9 @@ int main(int argc, char** argv) {
   const std::string dir = argc > 1 ? argv[1] : "/usr/share/datasets/fashion-mnist";
   const int epochs = argc > 2 ? std::stoi(argv[2]) : 5;
   try {
-    const Tensor train_x = read_idx_images(dir + "/train-images-idx3-ubyte.gz"), train_y = read_idx_labels(dir + "/train-labels-idx1-ubyte.gz");
-    const Tensor test_x = read_idx_images(dir + "/t10k-images-idx3-ubyte.gz"), test_y = read_idx_labels(dir + "/t10k-labels-idx1-ubyte.gz");
+    const FashionMnist train_set(Split::train, dir), test_set(Split::test, dir);
+    const Tensor &train_x = train_set.field("image"), &train_y = train_set.field("label");
+    const Tensor &test_x = test_set.field("image"), &test_y = test_set.field("label");
     const int64_t n = train_x.shape()[0];
     std::printf("Fashion-MNIST: %lld training and %lld test images; a 784-%lld-10 tanh MLP, %lld parameters\n", static_cast<long long>(n),
                 static_cast<long long>(test_x.shape()[0]), static_cast<long long>(kHidden), static_cast<long long>(kParameters));

@@ -174,7 +174,8 @@ class Tensor {
   Tensor alias(Loc loc = Loc::current()) const;  // a fresh handle on the same storage
   // Releases this handle's hold on its storage now (the storage goes when no handle or view holds
   // it); any later use raises DisposedError naming the tensor and both lines. Twice is harmless.
-  void dispose(Loc loc = Loc::current());
+  // Const as the scope functions are: it acts on the tensor every copy of this handle names.
+  void dispose(Loc loc = Loc::current()) const;
   bool is_disposed() const { return impl_ && impl_->disposed; }
   // Registers this handle in the scope outside the one holding it (with no outer scope: in
   // none, as detach_from_scope), and returns it.

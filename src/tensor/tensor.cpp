@@ -358,7 +358,7 @@ void TensorHandles::move(Tensor& t, int64_t offset) {
   t = t.view(t.shape(), t.strides(), offset);
 }
 
-void Tensor::dispose(Loc loc) {
+void Tensor::dispose(Loc loc) const {
   if (impl_ && !impl_->disposed) TensorBook::dispose(*impl_, loc, false);
 }
 

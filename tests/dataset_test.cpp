@@ -1,0 +1,85 @@
+// Datasets: named tensors, TensorDataset's rows, Fashion-MNIST's IDX files.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "test_util.hpp"
+
+using namespace kiln;
+using namespace kiln::test;
+
+namespace {
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("kiln_dataset_test_" + name)).string();
+}
+
+void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+}  // namespace
+
+TEST(NamedTensors, AMissingNameIsAnErrorThatListsTheFields) {
+  const NamedTensors named{{"image", Tensor::zeros({2})}, {"label", Tensor::scalar(int64_t{1})}};
+  EXPECT_EQ(named["label"].item<int64_t>(), 1);
+  EXPECT_TRUE(named.contains("image"));
+  expect_error<Error>([&] { (void)named["imgae"]; }, {"'imgae'", "image, label"});
+}
+
+TEST(TensorDataset, ExamplesAreRowViewsOfTheFields) {
+  Tensor images = Tensor::from(std::vector<float>{0, 1, 2, 3, 4, 5}, {3, 2});
+  Tensor labels = Tensor::from(std::vector<int64_t>{7, 8, 9});
+  TensorDataset dataset({{"image", images}, {"label", labels}});
+  ASSERT_EQ(dataset.size(), 3);
+  const NamedTensors second = dataset.get(1);
+  expect_values(second["image"], {2, 3}, 0);
+  EXPECT_EQ(second["label"].shape(), Shape{});
+  EXPECT_EQ(second["label"].item<int64_t>(), 8);
+  EXPECT_TRUE(second["image"].shares_memory(images));
+  images.dispose();  // the dataset keeps its own handle
+  expect_values(dataset.get(2)["image"], {4, 5}, 0);
+  expect_error<Error>([&] { dataset.get(3); }, {"index 3", "3 examples"});
+}
+
+TEST(TensorDataset, FieldsWithDifferentRowCountsOrScalarsAreRejected) {
+  expect_error<ShapeError>(
+      [] { TensorDataset({{"image", Tensor::zeros({3, 2})}, {"label", Tensor::zeros({4})}}); },
+      {"'label'", "4 rows", "'image' has 3"});
+  expect_error<ShapeError>([] { TensorDataset({{"x", Tensor::scalar(1.0f)}}); }, {"'x'", "scalar"});
+}
+
+TEST(FashionMnist, ReadsPlainAndCompressedIdxFilesAndRejectsOthers) {
+  const std::string dir = temp_path("idx");
+  std::filesystem::create_directories(dir);
+  // Two 2x2 images and their labels, uncompressed (zlib reads plain files as they are).
+  write_bytes(dir + "/t10k-images-idx3-ubyte.gz", {0, 0, 8, 3, 0, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0, 2, 0, 255, 51, 102, 1, 2, 3, 4});
+  write_bytes(dir + "/t10k-labels-idx1-ubyte.gz", {0, 0, 8, 1, 0, 0, 0, 2, 9, 4});
+  FashionMnist test_split(Split::test, dir);
+  ASSERT_EQ(test_split.size(), 2);
+  expect_values(test_split.get(0)["image"], {0, 1, 0.2, 0.4}, 1e-6);
+  EXPECT_EQ(test_split.get(1)["label"].item<int64_t>(), 4);
+  EXPECT_EQ(test_split.field("image").shape(), (Shape{2, 4}));
+
+  write_bytes(dir + "/t10k-labels-idx1-ubyte.gz", {0, 0, 8, 1, 0, 0, 0, 3, 9, 4});  // promises 3 labels
+  expect_error<IOError>([&] { FashionMnist(Split::test, dir); }, {"t10k-labels", "promises 3", "holds 2"});
+  write_bytes(dir + "/t10k-labels-idx1-ubyte.gz", {'n', 'o', 't', ' ', 'i', 'd', 'x', '!', 9});
+  expect_error<IOError>([&] { FashionMnist(Split::test, dir); }, {"t10k-labels", "not an IDX file"});
+  expect_error<IOError>([&] { FashionMnist(Split::train, dir); },
+                                 {"cannot open", "train-images", "apt-get install dataset-fashion-mnist"});
+  std::filesystem::remove_all(dir);
+}
+
+TEST(FashionMnist, TheInstalledDataSet) {
+  if (!std::filesystem::exists(std::string(FashionMnist::kDefaultDirectory) + "/t10k-images-idx3-ubyte.gz"))
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  FashionMnist test_split(Split::test);
+  ASSERT_EQ(test_split.size(), 10000);
+  const NamedTensors first = test_split.get(0);
+  EXPECT_EQ(first["image"].shape(), Shape{784});
+  EXPECT_EQ(first["label"].item<int64_t>(), 9);  // the first test image is an ankle boot
+  EXPECT_LE(max(test_split.field("image")).item<float>(), 1.0f);
+}
