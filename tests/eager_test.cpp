@@ -124,3 +124,16 @@ TEST(Eager, TheAccuracyExpressionOfTheSeedLeavesNothingLive) {
   EXPECT_EQ(correct, 200);
   EXPECT_EQ(scope_statistics().live, start.live);
 }
+
+TEST(Eager, RepeatedOperationsNeverHandOutTheSameStorageTwice) {
+  // An operation's small intermediates (the number cast to x's dtype) are kept between calls;
+  // its results, and whatever they view, never are.
+  const Tensor x = Tensor::from(std::vector<float>{1, 2, 3});
+  const Tensor first = x + 1.0, second = x + 10.0;
+  expect_values(first, {2, 3, 4}, 0);
+  expect_values(second, {11, 12, 13}, 0);
+  EXPECT_FALSE(first.shares_memory(second));
+  const Tensor row = reshape(x * 2.0, {1, 3}), other_row = reshape(x * 3.0, {1, 3});
+  expect_values(row, {2, 4, 6}, 0);
+  EXPECT_FALSE(row.shares_memory(other_row));
+}

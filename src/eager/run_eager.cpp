@@ -1,5 +1,6 @@
 #include "eager/run_eager.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <unordered_map>
 #include <unordered_set>
@@ -9,6 +10,7 @@
 #include "graph/node.hpp"
 #include "graph/op.hpp"
 #include "tensor/handles.hpp"
+#include "tensor/per_thread.hpp"
 #include "tensor/tensor_book.hpp"
 
 namespace kiln {
@@ -21,6 +23,10 @@ struct Step {
   std::vector<Shape> shapes, strides;  // per output, as found by the first run
   std::vector<DType> dtypes;
   std::vector<uint8_t> is_view;
+  // Per output: a small intermediate that neither the result nor a view can reach, allocated by
+  // the first run and kept (a number cast to its operand's dtype, say).
+  std::vector<uint8_t> keeps;
+  std::vector<Tensor> kept;
   int64_t scratch_bytes = 0;
 };
 
@@ -51,8 +57,9 @@ struct Cache {
 };
 
 Cache& this_cache() {
-  thread_local Cache cache;
-  return cache;
+  Cache* cache = PerThread<Cache>::get();
+  if (!cache) throw Error("an eager operation cannot run while its thread exits (its caches are gone)");
+  return *cache;
 }
 
 void make_key(std::vector<int64_t>& key, EagerBuild build, std::span<const EagerArg> args, std::span<const int64_t> params,
@@ -95,9 +102,12 @@ void run_step(Entry& e, size_t k, const Tensor* into) {
     Tensor& out = e.values[static_cast<size_t>(s.outputs[o])];
     if (s.is_view[o]) out = Tensor();
     else if (into) out = *into;
-    else
+    else if (s.keeps[o] && s.kept[o].defined()) out = s.kept[o];
+    else {
       out = TensorHandles::make(cpu_backend().allocate(static_cast<size_t>(shape_nbytes(s.shapes[o], s.dtypes[o]))),
                                 s.dtypes[o], s.shapes[o], s.strides[o], 0, Loc::current());
+      if (s.keeps[o]) s.kept[o] = out;
+    }
   }
   const std::span<std::byte> scratch =
       s.scratch_bytes > 0 ? std::span<std::byte>(e.scratch->data(), static_cast<size_t>(s.scratch_bytes)) : std::span<std::byte>();
@@ -161,6 +171,12 @@ std::unique_ptr<Entry> build_entry(EagerBuild build, std::span<const EagerArg> a
     if (v->constant) e->values[static_cast<size_t>(s)] = *v->constant;
     else e->transient_slots.push_back(s);
   }
+  // The slots whose storage the result may share: the result's, and what a view of one views.
+  std::unordered_set<int> result_storage{e->result_slot};
+  for (auto step = e->steps.rbegin(); step != e->steps.rend(); ++step)
+    for (auto [out, in] : step->node->op->view_map())
+      if (result_storage.contains(step->outputs[static_cast<size_t>(out)]))
+        result_storage.insert(step->inputs[static_cast<size_t>(in)]);
   // The first run finds every shape (and checks them, with the user's line on any error).
   bind_arguments(*e, args);
   for (size_t k = 0; k < e->steps.size(); ++k) {
@@ -177,7 +193,11 @@ std::unique_ptr<Entry> build_entry(EagerBuild build, std::span<const EagerArg> a
       s.shapes.push_back(shapes.outputs[o]);
       s.strides.push_back(contiguous_strides(shapes.outputs[o]));
       s.dtypes.push_back(s.node->outputs[o]->type.dtype);
+      constexpr int64_t kKeptBytes = 4096;
+      s.keeps.push_back(!s.is_view[o] && !result_storage.contains(s.outputs[o]) &&
+                        shape_nbytes(s.shapes[o], s.dtypes[o]) <= kKeptBytes);
     }
+    s.kept.resize(s.outputs.size());
     if (s.scratch_bytes > 0 && (!e->scratch || e->scratch->nbytes() < static_cast<size_t>(s.scratch_bytes)))
       e->scratch = cpu_backend().allocate(static_cast<size_t>(s.scratch_bytes));
     run_step(*e, k, nullptr);  // later steps' shapes may depend on its values

@@ -1,4 +1,5 @@
 #include "tensor/block_pool.hpp"
+#include "tensor/per_thread.hpp"
 
 #include <atomic>
 #include <bit>
@@ -37,16 +38,11 @@ struct FreeList {
 
 std::atomic<int64_t> kept_data_on_all_threads{0};
 
-enum class PoolState : uint8_t { unmade, alive, gone };
-thread_local PoolState pool_state = PoolState::unmade;  // readable while the pool is destroyed
-
 struct Pool {
   FreeList small[kSmallClasses];
   FreeList data[kDataClasses];
   size_t data_bytes = 0;
-  Pool() { pool_state = PoolState::alive; }
   ~Pool() {
-    pool_state = PoolState::gone;
     for (FreeList& list : small)
       while (void* p = list.take()) ::operator delete(p);
     release_data();
@@ -59,11 +55,7 @@ struct Pool {
   }
 };
 
-Pool* this_pool() {
-  if (pool_state == PoolState::gone) return nullptr;
-  thread_local Pool pool;
-  return &pool;
-}
+Pool* this_pool() { return PerThread<Pool>::get(); }
 
 size_t small_class(size_t bytes) { return bytes == 0 ? 0 : (bytes + 15) / 16 - 1; }
 

@@ -2,6 +2,7 @@
 
 #include "tensor/block_pool.hpp"
 #include "tensor/handles.hpp"
+#include "tensor/per_thread.hpp"
 #include "tensor/tensor_book.hpp"
 
 namespace kiln {
@@ -14,9 +15,6 @@ using Impl = TensorBook::Impl;
 constexpr size_t kKeptHandles = 4096;
 constexpr size_t kDimsReserved = 6;
 
-enum class PoolState : uint8_t { unmade, alive, gone };
-thread_local PoolState pool_state = PoolState::unmade;  // readable while the pool is destroyed
-
 // Free handles are kept constructed, linked through live_next (a free handle is not live), so
 // that their shape and strides keep their memory for the next tensor.
 struct HandleList {
@@ -26,9 +24,7 @@ struct HandleList {
 
 struct Pool {
   HandleList handles;
-  Pool() { pool_state = PoolState::alive; }
   ~Pool() {
-    pool_state = PoolState::gone;
     while (Impl* m = handles.head) {
       handles.head = m->live_next;
       delete m;
@@ -36,11 +32,7 @@ struct Pool {
   }
 };
 
-Pool* this_pool() {
-  if (pool_state == PoolState::gone) return nullptr;
-  thread_local Pool pool;
-  return &pool;
-}
+Pool* this_pool() { return PerThread<Pool>::get(); }
 
 struct ReturnHandle {
   void operator()(Impl* m) const {

@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "kiln/scope.hpp"
+#include "tensor/per_thread.hpp"
 #include "tensor/tensor_book.hpp"
 
 namespace kiln {
@@ -40,24 +41,21 @@ struct Frame {
   ScopeStack* stack = nullptr;
 };
 
-enum class StackState : uint8_t { unmade, alive, gone };
-thread_local StackState stack_state = StackState::unmade;  // trivially destructible: readable at thread exit
-
 struct ScopeStack {
   std::vector<std::unique_ptr<Frame>> frames;
   size_t open = 0;
   int internal = 0;
   Counts counts;
-  ScopeStack() { stack_state = StackState::alive; }
-  // The frames' tensors go last, when this thread's books can no longer be written.
-  ~ScopeStack() { stack_state = StackState::gone; }
 };
 
+// Null while the thread exits, once its stack is gone: the frames' tensors go last, when this
+// thread's books can no longer be written.
+ScopeStack* this_stack_if_alive() { return PerThread<ScopeStack>::get(); }
 ScopeStack& this_stack() {
-  thread_local ScopeStack stack;
-  return stack;
+  ScopeStack* stack = this_stack_if_alive();
+  if (!stack) throw Error("dispose scopes cannot be used while their thread exits (its scope stack is gone)");
+  return *stack;
 }
-ScopeStack* this_stack_if_alive() { return stack_state == StackState::gone ? nullptr : &this_stack(); }
 
 // Never destroyed: tensors released during static destruction still unlink themselves.
 struct LiveList {
@@ -238,7 +236,9 @@ Tensor Tensor::detach_from_scope() const {
   return *this;
 }
 
-InternalTensors::InternalTensors() { ++this_stack().internal; }
+InternalTensors::InternalTensors() {
+  if (ScopeStack* s = this_stack_if_alive()) ++s->internal;
+}
 InternalTensors::~InternalTensors() {
   if (ScopeStack* s = this_stack_if_alive()) --s->internal;
 }
