@@ -83,3 +83,18 @@ TEST(FashionMnist, TheInstalledDataSet) {
   EXPECT_EQ(first["label"].item<int64_t>(), 9);  // the first test image is an ankle boot
   EXPECT_LE(max(test_split.field("image")).item<float>(), 1.0f);
 }
+
+TEST(TensorDataset, GetBatchGathersTheRowsAsStackingTheExamplesWould) {
+  Tensor images = random_tensor({6, 2, 3}, f32, -1, 1, 3);
+  TensorDataset dataset({{"image", images}, {"label", Tensor::from(std::vector<int64_t>{0, 1, 2, 3, 4, 5})}});
+  const std::vector<int64_t> indices{4, 0, 4, 2};
+  const NamedTensors gathered = dataset.get_batch(indices);
+  std::vector<Tensor> rows;
+  for (int64_t i : indices) rows.push_back(dataset.get(i)["image"]);
+  EXPECT_EQ(gathered["image"].shape(), (Shape{4, 2, 3}));
+  expect_values(gathered["image"], stack(rows).to_vector<double>(), 0);
+  EXPECT_EQ(gathered["label"].to_vector<int64_t>(), indices);
+  EXPECT_FALSE(gathered["image"].shares_memory(images)) << "a batch is a copy";
+  const std::vector<int64_t> bad{1, 6};
+  expect_error<Error>([&] { dataset.get_batch(bad); }, {"index 6", "6 examples"});
+}

@@ -3,6 +3,7 @@
 #include <initializer_list>
 #include <iterator>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -38,6 +39,11 @@ class Dataset {
   virtual ~Dataset() = default;
   virtual int64_t size() const = 0;
   virtual NamedTensors get(int64_t index) = 0;
+  // The examples at indices collated: each field the stack of the examples' tensors. By default
+  // get for each index, then a stack per field, after checking that every example gives each field
+  // one shape and dtype (an error names the field, both examples and both shapes); a dataset that
+  // can gather a batch at once overrides it (TensorDataset does).
+  virtual NamedTensors get_batch(std::span<const int64_t> indices);
 };
 
 // Examples that are the rows of whole tensors: example i of field f is f's tensor at [i] (a
@@ -49,9 +55,11 @@ class TensorDataset : public Dataset {
   TensorDataset(std::initializer_list<std::pair<std::string, Tensor>> fields);
   int64_t size() const override { return rows_; }
   NamedTensors get(int64_t index) override;
+  NamedTensors get_batch(std::span<const int64_t> indices) override;  // one gather per field
   const Tensor& field(std::string_view name) const { return fields_[name]; }  // the whole tensor
 
  private:
+  void check_index(int64_t index) const;
   NamedTensors fields_;
   int64_t rows_ = 0;
 };

@@ -35,21 +35,6 @@ void dispose_all(const NamedTensors& batch, const Loc& loc) {
   for (const auto& [name, value] : batch) value.dispose(loc);
 }
 
-void check_collatable(const NamedTensors& first, int64_t first_index, const NamedTensors& example, int64_t index) {
-  const auto example_str = [](int64_t i) { return "example " + std::to_string(i); };
-  if (example.size() != first.size() ||
-      !std::ranges::all_of(first, [&](const auto& field) { return example.contains(field.first); }))
-    throw Error("DataLoader: " + example_str(index) + " has the fields {" + example.names() + "} but " +
-                example_str(first_index) + " has {" + first.names() + "}; every example must have the same fields");
-  for (const auto& [name, value] : first) {
-    const Tensor& other = example[name];
-    if (other.shape() != value.shape() || other.dtype() != value.dtype())
-      throw ShapeError("DataLoader: field '" + name + "' of " + example_str(index) + " is " + other.str() + " but " +
-                       example_str(first_index) + " gives " + value.str() +
-                       "; a batch stacks each field, so every example must give it one shape and dtype");
-  }
-}
-
 }  // namespace
 
 class DataLoader::Epoch {
@@ -131,26 +116,16 @@ class DataLoader::Epoch {
     }
   }
 
-  // The batch's examples fetched in a dispose scope of the loader's own, which disposes every
-  // tensor get made once they are stacked (the seed's rule); the stacks leave every scope.
+  // The batch fetched in a dispose scope of the loader's own, which disposes every tensor the
+  // dataset made for it (the seed's rule); the batch's tensors leave every scope.
   NamedTensors collate(int64_t batch) {
     const int64_t first = batch * options_.batch_size;
     const int64_t count = std::min(options_.batch_size, static_cast<int64_t>(order_.size()) - first);
-    const auto index = [&](int64_t i) { return order_[static_cast<size_t>(first + i)]; };
     NamedTensors collated;
-    DisposeScope made_by_get;
+    DisposeScope made_by_dataset;
     try {
-      std::vector<NamedTensors> examples;
-      examples.reserve(static_cast<size_t>(count));
-      for (int64_t i = 0; i < count; ++i) {
-        examples.push_back(dataset_.get(index(i)));
-        check_collatable(examples.front(), index(0), examples.back(), index(i));
-      }
-      std::vector<Tensor> parts(static_cast<size_t>(count));
-      for (const auto& [name, value] : examples.front()) {
-        for (int64_t i = 0; i < count; ++i) parts[static_cast<size_t>(i)] = examples[static_cast<size_t>(i)][name];
-        collated.set(name, stack(parts, 0, loop_).detach_from_scope());
-      }
+      const NamedTensors fetched = dataset_.get_batch(std::span(order_).subspan(static_cast<size_t>(first), static_cast<size_t>(count)));
+      for (const auto& [name, value] : fetched) collated.set(name, value.alias(loop_).detach_from_scope());
     } catch (const DisposedError& e) {
       dispose_all(collated, loop_);
       e.rethrow_with(std::string("DataLoader: ") + e.what() +

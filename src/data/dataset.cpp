@@ -1,10 +1,30 @@
 #include <algorithm>
 
 #include "kiln/data.hpp"
+#include "kiln/eager.hpp"
 #include "tensor/handles.hpp"
 #include "tensor/tensor_book.hpp"
 
 namespace kiln {
+namespace {
+
+void check_collatable(const NamedTensors& first, int64_t first_index, const NamedTensors& example, int64_t index) {
+  const auto example_str = [](int64_t i) { return "example " + std::to_string(i); };
+  if (example.size() != first.size() ||
+      !std::ranges::all_of(first, [&](const auto& field) { return example.contains(field.first); }))
+    throw Error("collating a batch: " + example_str(index) + " has the fields {" + example.names() + "} but " +
+                example_str(first_index) + " has {" + first.names() + "}; every example must have the same fields");
+  for (const auto& [name, value] : first) {
+    const Tensor& other = example[name];
+    if (other.shape() != value.shape() || other.dtype() != value.dtype())
+      throw ShapeError("collating a batch: field '" + name + "' of " + example_str(index) + " is " + other.str() + " but " +
+                       example_str(first_index) + " gives " + value.str() +
+                       "; a batch stacks each field, so every example must give it one shape and dtype");
+  }
+}
+
+
+}  // namespace
 
 NamedTensors::NamedTensors(std::initializer_list<std::pair<std::string, Tensor>> fields) {
   for (const auto& [name, value] : fields) set(name, value);
@@ -35,6 +55,23 @@ std::string NamedTensors::names() const {
   return out;
 }
 
+NamedTensors Dataset::get_batch(std::span<const int64_t> indices) {
+  if (indices.empty()) throw Error("Dataset::get_batch: no indices");
+  std::vector<NamedTensors> examples;
+  examples.reserve(indices.size());
+  for (int64_t index : indices) {
+    examples.push_back(get(index));
+    check_collatable(examples.front(), indices.front(), examples.back(), index);
+  }
+  NamedTensors batch;
+  std::vector<Tensor> parts(examples.size());
+  for (const auto& [name, value] : examples.front()) {
+    for (size_t i = 0; i < examples.size(); ++i) parts[i] = examples[i][name];
+    batch.set(name, stack(parts));
+  }
+  return batch;
+}
+
 TensorDataset::TensorDataset(std::initializer_list<std::pair<std::string, Tensor>> fields)
     : TensorDataset(NamedTensors(fields)) {}
 
@@ -55,10 +92,14 @@ TensorDataset::TensorDataset(const NamedTensors& fields) {
   }
 }
 
-NamedTensors TensorDataset::get(int64_t index) {
+void TensorDataset::check_index(int64_t index) const {
   if (index < 0 || index >= rows_)
-    throw Error("TensorDataset::get: index " + std::to_string(index) + " is out of range for " + std::to_string(rows_) +
+    throw Error("TensorDataset: index " + std::to_string(index) + " is out of range for " + std::to_string(rows_) +
                 " examples");
+}
+
+NamedTensors TensorDataset::get(int64_t index) {
+  check_index(index);
   NamedTensors example;
   for (const auto& [name, whole] : fields_) {
     const std::span<const int64_t> shape(whole.shape()), strides(whole.strides());
@@ -66,6 +107,15 @@ NamedTensors TensorDataset::get(int64_t index) {
                                           whole.offset() + index * strides[0], Loc::current()));
   }
   return example;
+}
+
+NamedTensors TensorDataset::get_batch(std::span<const int64_t> indices) {
+  Tensor rows = Tensor::empty({static_cast<int64_t>(indices.size())}, i64);
+  std::ranges::copy(indices, rows.data<int64_t>());
+  for (int64_t index : indices) check_index(index);
+  NamedTensors batch;
+  for (const auto& [name, whole] : fields_) batch.set(name, take(whole, rows, 0));
+  return batch;
 }
 
 }  // namespace kiln
