@@ -2,48 +2,8 @@
 // runs without one operator new (this binary counts every one, on every thread).
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <atomic>
-#include <cstdlib>
-#include <new>
-
+#include "count_operator_new.hpp"
 #include "test_util.hpp"
-
-// Every form of operator new is replaced, so that each is counted and each delete frees what its
-// new allocated (sanitizers check the pairs).
-namespace {
-std::atomic<int64_t> news{0};
-void* counted(size_t n, size_t alignment = 0) noexcept {
-  ++news;
-  if (alignment == 0) return std::malloc(n ? n : 1);
-  return std::aligned_alloc(alignment, (std::max<size_t>(n, 1) + alignment - 1) / alignment * alignment);
-}
-void* counted_or_throw(size_t n, size_t alignment = 0) {
-  if (void* p = counted(n, alignment)) return p;
-  throw std::bad_alloc();
-}
-}  // namespace
-
-void* operator new(size_t n) { return counted_or_throw(n); }
-void* operator new[](size_t n) { return counted_or_throw(n); }
-void* operator new(size_t n, const std::nothrow_t&) noexcept { return counted(n); }
-void* operator new[](size_t n, const std::nothrow_t&) noexcept { return counted(n); }
-void* operator new(size_t n, std::align_val_t a) { return counted_or_throw(n, static_cast<size_t>(a)); }
-void* operator new[](size_t n, std::align_val_t a) { return counted_or_throw(n, static_cast<size_t>(a)); }
-void* operator new(size_t n, std::align_val_t a, const std::nothrow_t&) noexcept { return counted(n, static_cast<size_t>(a)); }
-void* operator new[](size_t n, std::align_val_t a, const std::nothrow_t&) noexcept { return counted(n, static_cast<size_t>(a)); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
-void operator delete[](void* p, size_t) noexcept { std::free(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
 
 using namespace kiln;
 using namespace kiln::test;
@@ -73,9 +33,9 @@ struct TrainingStep {
 int64_t allocations_per_steady_call(const Function& f, const std::vector<Tensor>& args) {
   std::vector<Tensor> outputs;
   for (int i = 0; i < 3; ++i) f.call(args, outputs);
-  const int64_t before = news.load();
+  const int64_t before = operator_new_calls.load();
   for (int i = 0; i < 10; ++i) f.call(args, outputs);
-  return (news.load() - before) / 10;
+  return (operator_new_calls.load() - before) / 10;
 }
 
 }  // namespace
@@ -137,9 +97,9 @@ TEST(SteadyCall, AScopedEagerLoopAllocatesNothingAfterItsFirstPass) {
     for (int i = 0; i < 3; ++i) step();
     const AllocatorStats before = allocator_stats();
     const ScopeStatistics counted_before = scope_statistics();
-    const int64_t news_before = news.load();
+    const int64_t news_before = operator_new_calls.load();
     for (int i = 0; i < 20; ++i) step();
-    EXPECT_EQ(news.load() - news_before, 0) << threads << " threads";
+    EXPECT_EQ(operator_new_calls.load() - news_before, 0) << threads << " threads";
     const AllocatorStats after = allocator_stats();
     EXPECT_EQ(after.n_system_allocations, before.n_system_allocations) << "every storage came from the pool";
     EXPECT_GT(after.n_allocations, before.n_allocations);
