@@ -297,3 +297,21 @@ TEST(Statistics, ScopedEagerIterationsEndWithNoStorageOrTensorLeftLive) {
   EXPECT_EQ(end.created - start.created, kIterations);
   EXPECT_EQ(end.disposed - start.disposed, kIterations);
 }
+
+TEST(DisposeScope, AnAccumulatorUpdatedInPlaceInsideALoopsScopeSurvivesIt) {
+  // The seed's "tensor += x.log()" inside a nested scope: += writes the accumulator's storage and
+  // makes no tensor, so the inner scope has nothing of it to dispose.
+  DisposeScope outer;
+  Tensor total = Tensor::zeros({3});
+  const Tensor x = Tensor::from(std::vector<float>{1, 2, 4});
+  const ScopeStatistics before = scope_statistics();
+  for (int i = 0; i < 4; ++i) {
+    DisposeScope inner;
+    total += log(x);
+    total *= 1.0;
+  }
+  EXPECT_FALSE(total.is_disposed());
+  expect_values(total, {0, 4 * std::log(2.0), 4 * std::log(4.0)}, 1e-5);
+  EXPECT_EQ(scope_statistics().created - before.created, 4) << "only the four logs were made";
+  EXPECT_EQ(scope_statistics().live, before.live);
+}

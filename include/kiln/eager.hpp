@@ -43,6 +43,12 @@ Tensor add_(const Tensor& a, const TensorOperand& b);
 Tensor sub_(const Tensor& a, const TensorOperand& b);
 Tensor mul_(const Tensor& a, const TensorOperand& b);
 Tensor div_(const Tensor& a, const TensorOperand& b);
+// The same, as LibTorch's compound assignments: a's storage is overwritten and a stays the handle
+// it was (no tensor is made, so an accumulator updated inside a loop's dispose scope survives it).
+Tensor& operator+=(Tensor& a, const TensorOperand& b);
+Tensor& operator-=(Tensor& a, const TensorOperand& b);
+Tensor& operator*=(Tensor& a, const TensorOperand& b);
+Tensor& operator/=(Tensor& a, const TensorOperand& b);
 
 Tensor exp(const Tensor& x, Loc loc = Loc::current());
 Tensor log(const Tensor& x, Loc loc = Loc::current());

@@ -3,6 +3,7 @@
 #include "eager/run_eager.hpp"
 #include "kiln/eager.hpp"
 #include "tensor/small_vector.hpp"
+#include "tensor/tensor_book.hpp"
 
 namespace kiln {
 namespace {
@@ -74,6 +75,18 @@ KILN_EAGER_IN_PLACE(sub_, -)
 KILN_EAGER_IN_PLACE(mul_, *)
 KILN_EAGER_IN_PLACE(div_, /)
 #undef KILN_EAGER_IN_PLACE
+
+#define KILN_EAGER_COMPOUND(op, name)                                                                            \
+  Tensor& operator op(Tensor& a, const TensorOperand& b) {                                                       \
+    const InternalTensors internal; /* the handle name returns is dropped at once: not the user's */             \
+    name(a, b);                                                                                                  \
+    return a;                                                                                                    \
+  }
+KILN_EAGER_COMPOUND(+=, add_)
+KILN_EAGER_COMPOUND(-=, sub_)
+KILN_EAGER_COMPOUND(*=, mul_)
+KILN_EAGER_COMPOUND(/=, div_)
+#undef KILN_EAGER_COMPOUND
 
 #define KILN_EAGER_UNARY(name)                                                                                   \
   Tensor name(const Tensor& x, Loc loc) {                                                                        \

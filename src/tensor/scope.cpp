@@ -182,6 +182,7 @@ void TensorBook::gone(Impl& m) {
 
 Tensor TensorBook::handed_over(Tensor t, Loc loc) {
   if (!t.defined()) return t;
+  if (ScopeStack* s = this_stack_if_alive(); s && s->internal > 0) return t;  // kiln is the one it is handed to
   if (t.impl_->counted || t.impl_.use_count() != 1) {
     const InternalTensors internal;
     t = t.alias();
