@@ -109,6 +109,22 @@ TEST(Tensor, SmallFreedBlocksAreReusedByTheirThreadAndCanBeReleased) {
   EXPECT_EQ(allocator_stats().bytes_cached, 0);
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+TEST(TensorDeathTest, ABlockThePoolKeepsIsPoisonedUnderAddressSanitizer) {
+  EXPECT_DEATH(
+      {
+        const float* released;
+        {
+          Tensor t = Tensor::zeros({100});
+          released = t.data<float>();
+        }
+        volatile float read = released[5];
+        (void)read;
+      },
+      "use-after-poison");
+}
+#endif
+
 TEST(Tensor, TheSmallBlocksKeptAreBounded) {
   release_cached_memory();
   {

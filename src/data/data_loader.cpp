@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "kiln/data.hpp"
-#include "kiln/eager.hpp"
+#include "kiln/scope.hpp"
 
 namespace kiln {
 namespace {

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <new>
 
+#include <sanitizer/asan_interface.h>
+
 namespace kiln {
 namespace {
 
@@ -20,44 +22,30 @@ struct Link {
   Link* next;
 };
 
+// A list of blocks of block_bytes each. Under AddressSanitizer a kept block is poisoned but for
+// its link, so that a use after release is still reported although the memory is not freed.
 struct FreeList {
   Link* head = nullptr;
   size_t size = 0;
-  void* take() {
+  void* take(size_t block_bytes) {
     if (!head) return nullptr;
     Link* l = head;
+    ASAN_UNPOISON_MEMORY_REGION(l, block_bytes);
     head = l->next;
     --size;
     return l;
   }
-  void give(void* p) {
+  void give(void* p, size_t block_bytes) {
     head = new (p) Link{head};
+    ASAN_POISON_MEMORY_REGION(static_cast<std::byte*>(p) + sizeof(Link), block_bytes - sizeof(Link));
     ++size;
   }
 };
 
 std::atomic<int64_t> kept_data_on_all_threads{0};
 
-struct Pool {
-  FreeList small[kSmallClasses];
-  FreeList data[kDataClasses];
-  size_t data_bytes = 0;
-  ~Pool() {
-    for (FreeList& list : small)
-      while (void* p = list.take()) ::operator delete(p);
-    release_data();
-  }
-  void release_data() {
-    for (FreeList& list : data)
-      while (void* p = list.take()) std::free(p);
-    kept_data_on_all_threads.fetch_sub(static_cast<int64_t>(data_bytes), std::memory_order_relaxed);
-    data_bytes = 0;
-  }
-};
-
-Pool* this_pool() { return PerThread<Pool>::get(); }
-
 size_t small_class(size_t bytes) { return bytes == 0 ? 0 : (bytes + 15) / 16 - 1; }
+size_t small_block_bytes(size_t small_class) { return (small_class + 1) * 16; }
 
 size_t data_class_index(size_t class_bytes) {
   if (class_bytes <= 1024) return class_bytes / 64 - 1;
@@ -65,18 +53,44 @@ size_t data_class_index(size_t class_bytes) {
   return 16 + 4 * (octave - 10) + (class_bytes >> (octave - 2)) - 5;
 }
 
+size_t data_class_bytes(size_t index) {
+  if (index < 16) return (index + 1) * 64;
+  const size_t octave = 10 + (index - 16) / 4;
+  return (size_t{1} << octave) + ((index - 16) % 4 + 1) * ((size_t{1} << octave) / 4);
+}
+
+
+struct Pool {
+  FreeList small[kSmallClasses];
+  FreeList data[kDataClasses];
+  size_t data_bytes = 0;
+  ~Pool() {
+    for (size_t c = 0; c < kSmallClasses; ++c)
+      while (void* p = small[c].take(small_block_bytes(c))) ::operator delete(p);
+    release_data();
+  }
+  void release_data() {
+    for (size_t c = 0; c < kDataClasses; ++c)
+      while (void* p = data[c].take(data_class_bytes(c))) std::free(p);
+    kept_data_on_all_threads.fetch_sub(static_cast<int64_t>(data_bytes), std::memory_order_relaxed);
+    data_bytes = 0;
+  }
+};
+
+Pool* this_pool() { return PerThread<Pool>::get(); }
+
 }  // namespace
 
 void* BlockPool::take_small(size_t bytes) {
   if (Pool* pool = this_pool(); pool && bytes <= kSmallBytes)
-    if (void* p = pool->small[small_class(bytes)].take()) return p;
-  return ::operator new(bytes <= kSmallBytes ? (small_class(bytes) + 1) * 16 : bytes);
+    if (void* p = pool->small[small_class(bytes)].take(small_block_bytes(small_class(bytes)))) return p;
+  return ::operator new(bytes <= kSmallBytes ? small_block_bytes(small_class(bytes)) : bytes);
 }
 
 void BlockPool::give_small(void* p, size_t bytes) {
   if (Pool* pool = this_pool(); pool && bytes <= kSmallBytes) {
     FreeList& list = pool->small[small_class(bytes)];
-    if (list.size < kKeptSmallPerClass) return list.give(p);
+    if (list.size < kKeptSmallPerClass) return list.give(p, small_block_bytes(small_class(bytes)));
   }
   ::operator delete(p);
 }
@@ -90,7 +104,7 @@ size_t BlockPool::data_class(size_t nbytes) {
 void* BlockPool::take_data(size_t class_bytes) {
   Pool* pool = this_pool();
   if (!pool || class_bytes >= kDataBytes) return nullptr;
-  void* p = pool->data[data_class_index(class_bytes)].take();
+  void* p = pool->data[data_class_index(class_bytes)].take(class_bytes);
   if (p) {
     pool->data_bytes -= class_bytes;
     kept_data_on_all_threads.fetch_sub(static_cast<int64_t>(class_bytes), std::memory_order_relaxed);
@@ -101,7 +115,7 @@ void* BlockPool::take_data(size_t class_bytes) {
 bool BlockPool::keep_data(void* p, size_t class_bytes) {
   Pool* pool = this_pool();
   if (!pool || class_bytes >= kDataBytes || pool->data_bytes + class_bytes > kKeptDataBytesPerThread) return false;
-  pool->data[data_class_index(class_bytes)].give(p);
+  pool->data[data_class_index(class_bytes)].give(p, class_bytes);
   pool->data_bytes += class_bytes;
   kept_data_on_all_threads.fetch_add(static_cast<int64_t>(class_bytes), std::memory_order_relaxed);
   return true;
