@@ -226,3 +226,13 @@ TEST(DataLoader, PrefetchPassesTheDatasetsErrorOn) {
     for (const NamedTensors& batch : loader) (void)batch;
   }, {"example 3", "picture"});
 }
+
+TEST(DataLoader, AMovedFromIteratorIsAnErrorNotACrash) {
+  TensorDataset dataset = numbers(4);
+  DataLoader loader(dataset, {.batch_size = 2});
+  DataLoader::Iterator it = loader.begin();
+  DataLoader::Iterator moved = std::move(it);
+  expect_error<Error>([&] { ++it; }, {"moved from"});
+  expect_error<Error>([&] { (void)*it; }, {"moved from"});
+  EXPECT_EQ((*moved)["label"].to_vector<int64_t>(), (std::vector<int64_t>{0, 1}));
+}

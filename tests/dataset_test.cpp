@@ -60,6 +60,14 @@ TEST(FashionMnist, ReadsPlainAndCompressedIdxFilesAndRejectsOthers) {
   write_bytes(dir + "/t10k-labels-idx1-ubyte.gz", {0, 0, 8, 1, 0, 0, 0, 2, 9, 4});
   FashionMnist test_split(Split::test, dir);
   ASSERT_EQ(test_split.size(), 2);
+  const std::string gunzipped = temp_path("idx_plain");  // the names gunzip leaves
+  std::filesystem::create_directories(gunzipped);
+  std::filesystem::copy_file(dir + "/t10k-images-idx3-ubyte.gz", gunzipped + "/t10k-images-idx3-ubyte",
+                             std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::copy_file(dir + "/t10k-labels-idx1-ubyte.gz", gunzipped + "/t10k-labels-idx1-ubyte",
+                             std::filesystem::copy_options::overwrite_existing);
+  EXPECT_EQ(FashionMnist(Split::test, gunzipped).size(), 2);
+  std::filesystem::remove_all(gunzipped);
   expect_values(test_split.get(0)["image"], {0, 1, 0.2, 0.4}, 1e-6);
   EXPECT_EQ(test_split.get(1)["label"].item<int64_t>(), 4);
   EXPECT_EQ(test_split.field("image").shape(), (Shape{2, 4}));

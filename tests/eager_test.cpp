@@ -1,6 +1,7 @@
 // Eager operations on Tensor: the same values, types and errors as the compiled expression, fresh
 // handles, views that share storage, in-place variants.
 #include <gtest/gtest.h>
+#include <limits>
 
 #include "test_util.hpp"
 
@@ -136,4 +137,25 @@ TEST(Eager, RepeatedOperationsNeverHandOutTheSameStorageTwice) {
   const Tensor row = reshape(x * 2.0, {1, 3}), other_row = reshape(x * 3.0, {1, 3});
   expect_values(row, {2, 4, 6}, 0);
   EXPECT_FALSE(row.shares_memory(other_row));
+}
+
+TEST(Eager, ANumberThatDoesNotFitAnI32TensorIsATypeErrorNotAWrappedValue) {
+  const Tensor x = Tensor::from(std::vector<int32_t>{1, 2});
+  const int line = __LINE__ + 1;
+  expect_error<TypeError>([&] { (void)(x == int64_t{4294967297}); }, {"4294967297", "i32", "eager_test.cpp:" + std::to_string(line)});
+  expect_error<TypeError>([&] { (void)(x < int64_t{3000000000}); }, {"3000000000"});
+  expect_values(x + int64_t{2147483647} - 2147483647, {1, 2}, 0);  // what fits is exact
+  Var v = vector("v", i32);
+  expect_error<TypeError>([&] { (void)(v + int64_t{-3000000000}); }, {"-3000000000", "i32"});
+}
+
+TEST(Eager, EveryKindOfNumberIsAnOperand) {
+  const Tensor x = Tensor::from(std::vector<float>{1, 2});
+  const std::vector<int> sizes(4);
+  expect_values(x + 5LL, {6, 7}, 0);
+  expect_values(x + 5u, {6, 7}, 0);
+  expect_values(x / sizes.size(), {0.25, 0.5}, 0);
+  expect_values(x * 0.5f, {0.5, 1}, 0);
+  EXPECT_EQ((x + 5LL).dtype(), f32) << "numbers are weak";
+  expect_error<TypeError>([&] { (void)(x + std::numeric_limits<uint64_t>::max()); }, {"does not fit an i64"});
 }

@@ -238,3 +238,20 @@ TEST(Tensor, DisposedErrorNamesWhatTheUserCanDo) {
   a.dispose();
   expect_error<DisposedError>([&] { (void)a.numel(); }, {"disposed", "alias()", "clone()", "move_to_outer_scope()", "detach_from_scope()"});
 }
+
+TEST(Tensor, CopyFromAnOverlappingViewReadsAllOfTheSourceFirst) {
+  Tensor a = Tensor::from(std::vector<float>{1, 2, 3, 4}, {2, 2});
+  a.copy_from(a.view({2, 2}, {1, 2}, 0));  // a[:] = a.T
+  expect_values(a, {1, 3, 2, 4}, 0);
+  Tensor row = Tensor::from(std::vector<float>{1, 2, 3, 4, 5});
+  row.view({4}, {1}, 1).copy_from(row.view({4}, {1}, 0));  // shifted by one
+  expect_values(row, {1, 1, 2, 3, 4}, 0);
+}
+
+TEST(Tensor, ReshapeInfersOneDimensionGivenAsMinusOne) {
+  const Tensor a = Tensor::from(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3});
+  EXPECT_EQ(a.reshape({-1}).shape(), Shape{6});
+  EXPECT_EQ(a.reshape({3, -1}).shape(), (Shape{3, 2}));
+  expect_error<ShapeError>([&] { a.reshape({4, -1}); }, {"(4,-1)", "f32(2,3)"});
+  expect_error<ShapeError>([&] { a.reshape({-1, -1}); }, {"(-1,-1)"});
+}

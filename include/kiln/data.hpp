@@ -66,7 +66,8 @@ class TensorDataset : public Dataset {
 
 enum class Split { train, test };
 
-// Fashion-MNIST read from its IDX files (gzip-compressed or not): "image", f32 [784] in [0, 1]
+// Fashion-MNIST read from its IDX files (train-images-idx3-ubyte.gz and the others, or the same
+// names without .gz, gzip-compressed or not): "image", f32 [784] in [0, 1]
 // (the 28 x 28 pixels row by row), and "label", an i64 scalar in 0..9. Debian installs the files
 // with the package dataset-fashion-mnist. IOError names the file and what is wrong with it.
 class FashionMnist : public TensorDataset {
@@ -112,6 +113,7 @@ class DataLoader {
    private:
     friend class DataLoader;
     explicit Iterator(std::unique_ptr<Epoch> epoch);
+    Epoch& epoch() const;
     std::unique_ptr<Epoch> epoch_;
   };
   // Begins an epoch. Batches are reported made (and, with dispose_batch, disposed) at loop: a

@@ -1,5 +1,8 @@
 #pragma once
 #include <concepts>
+#include <cstdint>
+#include <string>
+#include <type_traits>
 #include <optional>
 #include <vector>
 
@@ -14,15 +17,27 @@ namespace kiln {
 // transpose, slice) share the argument's storage.
 struct TensorOperand {
   TensorOperand(const Tensor& t, Loc loc = Loc::current()) : tensor(&t), loc(loc) {}  // NOLINT
-  TensorOperand(double v, Loc loc = Loc::current()) : number(v), loc(loc) {}  // NOLINT
-  TensorOperand(int v, Loc loc = Loc::current()) : number(v), integer(v), is_integer(true), loc(loc) {}  // NOLINT
-  TensorOperand(int64_t v, Loc loc = Loc::current())  // NOLINT
-      : number(static_cast<double>(v)), integer(v), is_integer(true), loc(loc) {}
+  // Any number but a bool: integers (int, long long, unsigned, size_t...) are weak integers,
+  // the rest weak floats.
+  template <class Number>
+    requires(std::is_arithmetic_v<Number> && !std::is_same_v<Number, bool>)
+  TensorOperand(Number v, Loc loc = Loc::current())  // NOLINT
+      : number(static_cast<double>(v)), integer(checked_integer(v)), is_integer(std::is_integral_v<Number>), loc(loc) {}
   const Tensor* tensor = nullptr;
   double number = 0;
   int64_t integer = 0;
   bool is_integer = false;
   Loc loc;
+
+ private:
+  template <class Number> static int64_t checked_integer(Number v) {
+    if constexpr (std::is_integral_v<Number> && std::is_unsigned_v<Number> && sizeof(Number) >= sizeof(int64_t)) {
+      if (v > static_cast<Number>(INT64_MAX))
+        throw TypeError("the number " + std::to_string(v) + " does not fit an i64 operand");
+    }
+    if constexpr (std::is_integral_v<Number>) return static_cast<int64_t>(v);
+    else return 0;
+  }
 };
 
 Tensor operator+(const TensorOperand& a, const TensorOperand& b);

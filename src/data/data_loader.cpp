@@ -172,9 +172,13 @@ DataLoader::Iterator::Iterator(std::unique_ptr<Epoch> epoch) : epoch_(std::move(
 DataLoader::Iterator::Iterator(Iterator&&) noexcept = default;
 DataLoader::Iterator& DataLoader::Iterator::operator=(Iterator&&) noexcept = default;
 DataLoader::Iterator::~Iterator() = default;
-const NamedTensors& DataLoader::Iterator::operator*() const { return epoch_->current(); }
+DataLoader::Epoch& DataLoader::Iterator::epoch() const {
+  if (!epoch_) throw Error("DataLoader: this iterator was moved from; use the one it was moved to");
+  return *epoch_;
+}
+const NamedTensors& DataLoader::Iterator::operator*() const { return epoch().current(); }
 DataLoader::Iterator& DataLoader::Iterator::operator++() {
-  epoch_->advance();
+  epoch().advance();
   return *this;
 }
 bool DataLoader::Iterator::operator==(std::default_sentinel_t) const { return !epoch_ || epoch_->done(); }

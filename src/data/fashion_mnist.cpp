@@ -14,9 +14,12 @@ namespace {
 const char* kInstallHint = "; Debian installs Fashion-MNIST with: apt-get install dataset-fashion-mnist";
 
 // The file's bytes, gunzipped when they are compressed (zlib reads plain files as they are).
-std::vector<uint8_t> read_file(const std::string& path) {
+std::vector<uint8_t> read_file(std::string path) {
   gzFile f = gzopen(path.c_str(), "rb");
-  if (!f) throw IOError("FashionMnist: cannot open " + path + kInstallHint);
+  if (!f && path.ends_with(".gz")) {  // the same file gunzipped, under the name gunzip gives it
+    if ((f = gzopen(path.substr(0, path.size() - 3).c_str(), "rb"))) path.resize(path.size() - 3);
+  }
+  if (!f) throw IOError("FashionMnist: cannot open " + path + " (nor it without .gz)" + kInstallHint);
   std::vector<uint8_t> data;
   std::vector<uint8_t> chunk(size_t{1} << 16);
   int n;

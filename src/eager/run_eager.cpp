@@ -9,6 +9,7 @@
 #include "exec/run_node.hpp"
 #include "graph/node.hpp"
 #include "graph/op.hpp"
+#include "ops/elemwise.hpp"
 #include "tensor/handles.hpp"
 #include "tensor/per_thread.hpp"
 #include "tensor/tensor_book.hpp"
@@ -38,6 +39,7 @@ struct Entry {
   std::vector<Tensor> values;  // per slot: arguments, constants, node outputs
   std::vector<int> transient_slots;  // every slot but the constants': filled by a run, emptied after it
   std::vector<Tensor> numbers;  // per numeric argument, the 0-d tensor it is written into
+  std::vector<uint8_t> number_cast_to_i32;  // per numeric argument: checked to fit i32 when bound
   std::shared_ptr<Storage> scratch;
   int result_slot = -1;
   size_t n_args = 0;
@@ -80,13 +82,14 @@ void make_key(std::vector<int64_t>& key, EagerBuild build, std::span<const Eager
   }
 }
 
-void bind_arguments(Entry& e, std::span<const EagerArg> args) {
+void bind_arguments(Entry& e, std::span<const EagerArg> args, const Loc& loc) {
   size_t number = 0;
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i].tensor) {
       e.values[i] = *args[i].tensor;
       continue;
     }
+    if (e.number_cast_to_i32[number]) check_fits_i32(args[i].integer, loc);
     Tensor& t = e.numbers[number++];
     if (t.dtype() == DType::f64) *t.data<double>() = args[i].number;
     else *t.data<int64_t>() = args[i].integer;
@@ -166,6 +169,15 @@ std::unique_ptr<Entry> build_entry(EagerBuild build, std::span<const EagerArg> a
     e->steps.push_back(std::move(s));
   }
   e->result_slot = slot_of(e->result.get());
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i].tensor) continue;
+    const auto casts_to_i32 = [&](const Step& step) {
+      const auto* cast = dynamic_cast<const Elemwise*>(step.node->op.get());
+      return cast && cast->scalar_op() == ScalarOp::cast && cast->cast_to() == DType::i32 &&
+             step.inputs[0] == static_cast<int>(i);
+    };
+    e->number_cast_to_i32.push_back(std::ranges::any_of(e->steps, casts_to_i32));
+  }
   e->values.resize(static_cast<size_t>(n_slots));
   for (const auto& [v, s] : slot) {
     if (v->constant) e->values[static_cast<size_t>(s)] = *v->constant;
@@ -178,7 +190,7 @@ std::unique_ptr<Entry> build_entry(EagerBuild build, std::span<const EagerArg> a
       if (result_storage.contains(step->outputs[static_cast<size_t>(out)]))
         result_storage.insert(step->inputs[static_cast<size_t>(in)]);
   // The first run finds every shape (and checks them, with the user's line on any error).
-  bind_arguments(*e, args);
+  bind_arguments(*e, args, loc);
   for (size_t k = 0; k < e->steps.size(); ++k) {
     Step& s = e->steps[k];
     const InputValues inputs(e->values.data(), s.inputs);
@@ -215,8 +227,8 @@ std::unique_ptr<Entry> build_entry(EagerBuild build, std::span<const EagerArg> a
   return e;
 }
 
-Tensor run(Entry& e, std::span<const EagerArg> args, const Tensor* into) {
-  bind_arguments(e, args);
+Tensor run(Entry& e, std::span<const EagerArg> args, const Tensor* into, const Loc& loc) {
+  bind_arguments(e, args, loc);
   for (size_t k = 0; k < e.steps.size(); ++k) run_step(e, k, k + 1 == e.steps.size() ? into : nullptr);
   Tensor result = e.values[static_cast<size_t>(e.result_slot)];
   for (int s : e.transient_slots) e.values[static_cast<size_t>(s)] = Tensor();
@@ -237,7 +249,7 @@ Tensor run_eager(EagerBuild build, std::span<const EagerArg> args, std::span<con
       std::unique_ptr<Entry> entry = build_entry(build, args, params, loc, into);
       it = cache.entries.emplace(cache.probe, std::move(entry)).first;
     }
-    result = run(*it->second, args, into);
+    result = run(*it->second, args, into, loc);
   }
   return TensorBook::handed_over(std::move(result), loc);
 }

@@ -6,13 +6,6 @@
 
 namespace kiln {
 
-std::string loc_str(const std::source_location& loc) {
-  std::string file = loc.file_name();
-  auto slash = file.find_last_of('/');
-  if (slash != std::string::npos) file = file.substr(slash + 1);
-  return file + ":" + std::to_string(loc.line());
-}
-
 std::string Variable::label() const {
   if (!name.empty()) return name;
   if (constant) {

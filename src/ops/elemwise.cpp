@@ -94,6 +94,8 @@ DType promote_strong(DType a, DType b) {
 Var cast_to(const Var& v, DType d, const Loc& loc) {
   if (v.dtype() == d) return v;
   const Variable* var = v.get();
+  if (var->constant && var->weak && d == DType::i32 && var->constant->dtype() == DType::i64)
+    check_fits_i32(var->constant->item<int64_t>(), loc);
   if (var->constant) {
     Var c = constant(var->constant->to(d));
     c.get()->weak = var->weak;
@@ -103,6 +105,13 @@ Var cast_to(const Var& v, DType d, const Loc& loc) {
 }
 
 }  // namespace
+
+void check_fits_i32(int64_t number, const Loc& loc) {
+  if (number >= INT32_MIN && number <= INT32_MAX) return;
+  throw TypeError("the number " + std::to_string(number) +
+                  " does not fit i32, the dtype of the tensor it is combined with (NumPy raises OverflowError); "
+                  "cast the tensor to i64 first (at " + loc_str(loc) + ")");
+}
 
 DType result_dtype(const std::vector<Var>& inputs) {
   bool any_strong = false;

@@ -41,6 +41,9 @@ Var elemwise(ScalarOp op, std::vector<Var> inputs, const Loc& loc);
 Var fill_like(const Var& like, const Var& value, const Loc& loc);
 // The NumPy result dtype of combining these values (bare numbers are weak).
 DType result_dtype(const std::vector<Var>& inputs);
+// A weak integer combined with an i32 tensor is cast to i32: TypeError when it does not fit (a
+// wrapped number would make comparisons and sums silently wrong).
+void check_fits_i32(int64_t number, const Loc& loc);
 
 void add_elemwise_kernels(KernelTable& table);
 

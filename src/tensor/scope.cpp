@@ -8,16 +8,17 @@
 #include "tensor/tensor_book.hpp"
 
 namespace kiln {
-namespace {
 
-using Impl = TensorBook::Impl;
-using ImplPtr = std::shared_ptr<Impl>;
-
-std::string where(const Loc& loc) {
+std::string loc_str(const Loc& loc) {
   std::string file = loc.file_name();
   if (const size_t slash = file.find_last_of('/'); slash != std::string::npos) file = file.substr(slash + 1);
   return file + ":" + std::to_string(loc.line());
 }
+
+namespace {
+
+using Impl = TensorBook::Impl;
+using ImplPtr = std::shared_ptr<Impl>;
 
 struct Counts {
   std::atomic<int64_t> created{0}, disposed{0};
@@ -131,7 +132,7 @@ void count(const ImplPtr& t, Loc loc) {
 Frame& frame_on_this_thread(void* frame, const char* what) {
   Frame& f = *static_cast<Frame*>(frame);
   if (f.stack != this_stack_if_alive())
-    throw Error(std::string(what) + ": the dispose scope made at " + where(f.loc) +
+    throw Error(std::string(what) + ": the dispose scope made at " + loc_str(f.loc) +
                 " belongs to another thread; a scope and its tensors are handled on the thread that made it "
                 "(detach a tensor with detach_from_scope() there before another thread keeps it)");
   return f;
@@ -207,9 +208,9 @@ bool TensorBook::take_over(const Tensor& t) {
 
 std::string TensorBook::disposed_message(const Impl& m) {
   std::string what = "Tensor: the tensor " + std::string(dtype_name(m.dtype)) + shape_str(m.shape);
-  if (m.counted) what += " made at " + where(m.created);
-  what += m.disposed_by_scope ? " was disposed when the dispose scope made at " + where(m.disposed_at) + " ended"
-          : m.counted         ? " was disposed at " + where(m.disposed_at)
+  if (m.counted) what += " made at " + loc_str(m.created);
+  what += m.disposed_by_scope ? " was disposed when the dispose scope made at " + loc_str(m.disposed_at) + " ended"
+          : m.counted         ? " was disposed at " + loc_str(m.disposed_at)
                               : " was disposed";
   return what + ", and this handle cannot be used any more; to keep it past its scope, move it out "
                 "(move_to_outer_scope()) or detach it (detach_from_scope()); to keep the values after "
@@ -277,24 +278,24 @@ DisposeScope::~DisposeScope() {
 
 void DisposeScope::end() {
   Frame* f = open_frame(frame_, generation_);
-  if (!f) throw Error("DisposeScope::end: the scope made at " + where(loc_) + " has already ended");
+  if (!f) throw Error("DisposeScope::end: the scope made at " + loc_str(loc_) + " has already ended");
   frame_on_this_thread(f, "DisposeScope::end");
   ScopeStack& s = *f->stack;
   if (s.open > f->depth + 1)
-    throw Error("DisposeScope::end: the scope made at " + where(s.frames[s.open - 1]->loc) +
-                " is still open inside the one made at " + where(loc_) + "; end the inner scope first");
+    throw Error("DisposeScope::end: the scope made at " + loc_str(s.frames[s.open - 1]->loc) +
+                " is still open inside the one made at " + loc_str(loc_) + "; end the inner scope first");
   close(*f);
 }
 
 void DisposeScope::dispose_everything() {
   Frame* f = open_frame(frame_, generation_);
-  if (!f) throw Error("DisposeScope::dispose_everything: the scope made at " + where(loc_) + " has ended");
+  if (!f) throw Error("DisposeScope::dispose_everything: the scope made at " + loc_str(loc_) + " has ended");
   dispose_members(frame_on_this_thread(f, "DisposeScope::dispose_everything"), nullptr);
 }
 
 void DisposeScope::dispose_everything_but(const std::vector<Tensor>& keep) {
   Frame* f = open_frame(frame_, generation_);
-  if (!f) throw Error("DisposeScope::dispose_everything_but: the scope made at " + where(loc_) + " has ended");
+  if (!f) throw Error("DisposeScope::dispose_everything_but: the scope made at " + loc_str(loc_) + " has ended");
   dispose_members(frame_on_this_thread(f, "DisposeScope::dispose_everything_but"), &keep);
 }
 
@@ -321,7 +322,7 @@ std::string live_tensor_report() {
     LiveList& l = live();
     std::lock_guard lock(l.mutex);
     for (const Impl* m = l.head; m; m = m->live_next) {
-      Group& g = groups[where(m->created)];
+      Group& g = groups[loc_str(m->created)];
       ++g.count;
       ++total;
       int64_t n = 1;

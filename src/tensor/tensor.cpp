@@ -218,6 +218,12 @@ void copy_to_contiguous(std::byte* dst, const Tensor& src) {
 void Tensor::copy_from(const Tensor& src) {
   if (src.shape() != shape())
     throw ShapeError("Tensor::copy_from: source " + src.str() + " and destination " + str() + " differ in shape");
+  const bool same_view = src.storage() == storage() && src.offset() == offset() && src.strides() == strides();
+  if (!same_view && src.shares_memory(*this)) {  // a[:] = a.T: read all of the source before writing
+    const InternalTensors internal;
+    copy_broadcast(*this, src.clone());
+    return;
+  }
   copy_broadcast(*this, src);
 }
 
@@ -242,13 +248,28 @@ Tensor Tensor::view(Shape shape, Shape strides, int64_t offset, Loc loc) const {
 namespace {
 // t with new_shape: a view when t is contiguous, else a view of a contiguous copy. The strides are
 // computed in place, so that a loop reshaping tensors allocates nothing for them.
-Tensor reshaped(const Tensor& t, std::span<const int64_t> new_shape, Loc loc) {
-  int64_t n = 1;
-  for (int64_t d : new_shape)
-    if (d < 0 || __builtin_mul_overflow(n, d, &n))
-      throw ShapeError("Tensor::reshape: cannot reshape " + t.str() + " to " + shape_str(Shape(new_shape.begin(), new_shape.end())));
-  if (n != t.numel())
-    throw ShapeError("Tensor::reshape: cannot reshape " + t.str() + " to " + shape_str(Shape(new_shape.begin(), new_shape.end())));
+Tensor reshaped(const Tensor& t, std::span<const int64_t> requested, Loc loc) {
+  // One dimension may be -1: whatever the others leave.
+  SmallVector<int64_t, 8> shape_buffer(requested);
+  const std::span<int64_t> new_shape(shape_buffer.data(), shape_buffer.size());
+  const auto cannot = [&] {
+    return ShapeError("Tensor::reshape: cannot reshape " + t.str() + " to " +
+                      shape_str(Shape(requested.begin(), requested.end())) + " (at " + loc_str(loc) + ")");
+  };
+  int64_t n = 1, inferred = -1;
+  for (size_t i = 0; i < new_shape.size(); ++i) {
+    if (new_shape[i] == -1 && inferred < 0) {
+      inferred = static_cast<int64_t>(i);
+      continue;
+    }
+    if (new_shape[i] < 0 || __builtin_mul_overflow(n, new_shape[i], &n)) throw cannot();
+  }
+  if (inferred >= 0) {
+    if (n == 0 || t.numel() % n != 0) throw cannot();
+    new_shape[static_cast<size_t>(inferred)] = t.numel() / n;
+    n = t.numel();
+  }
+  if (n != t.numel()) throw cannot();
   SmallVector<int64_t, 8> strides(new_shape.size(), 0);
   for (size_t i = new_shape.size(), stride = 1; i-- > 0; stride *= static_cast<size_t>(new_shape[i]))
     strides[i] = static_cast<int64_t>(stride);

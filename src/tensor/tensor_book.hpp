@@ -6,6 +6,8 @@
 
 namespace kiln {
 
+std::string loc_str(const Loc& loc);  // "file.cpp:12", the file without its folders
+
 // The books kept on the tensors made for the user: which dispose scope holds each, how many were
 // made and disposed, which are alive and where they were made (docs/eager.md).
 struct TensorBook {
