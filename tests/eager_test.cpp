@@ -1,6 +1,9 @@
 // Eager operations on Tensor: the same values, types and errors as the compiled expression, fresh
 // handles, views that share storage, in-place variants.
 #include <gtest/gtest.h>
+#include <malloc.h>
+
+#include <cmath>
 #include <limits>
 
 #include "test_util.hpp"
@@ -158,4 +161,19 @@ TEST(Eager, EveryKindOfNumberIsAnOperand) {
   expect_values(x * 0.5f, {0.5, 1}, 0);
   EXPECT_EQ((x + 5LL).dtype(), f32) << "numbers are weak";
   expect_error<TypeError>([&] { (void)(x + std::numeric_limits<uint64_t>::max()); }, {"does not fit an i64"});
+}
+
+TEST(Eager, WhatOperationsKeepPerShapeIsBoundedWhenShapesKeepChanging) {
+  // 3000 lengths, each a new key for exp, *, + and sum (about 4 KB of graph and executables a
+  // key, some 45 MB in all): the thread's cache keeps at most 1024 keys.
+  const size_t heap_before = mallinfo2().uordblks;
+  for (int64_t n = 1; n <= 3000; ++n) {
+    DisposeScope scope;
+    const Tensor x = Tensor::ones({n});
+    const double expected = static_cast<double>(n) * std::exp(3.0);
+    ASSERT_NEAR(exp(x * 2.0 + 1.0).sum().item<double>(), expected, 1e-5 * expected);
+  }
+  EXPECT_LT(mallinfo2().uordblks - heap_before, size_t{16} << 20);
+  const Tensor x = Tensor::ones({3});
+  expect_values(exp(x * 2.0 + 1.0), std::vector<double>(3, std::exp(3.0)), 1e-5);  // rebuilt after eviction
 }

@@ -315,3 +315,29 @@ TEST(DisposeScope, AnAccumulatorUpdatedInPlaceInsideALoopsScopeSurvivesIt) {
   EXPECT_EQ(scope_statistics().created - before.created, 4) << "only the four logs were made";
   EXPECT_EQ(scope_statistics().live, before.live);
 }
+
+TEST(DisposeScope, AScopeDestroyedOnAnotherThreadIsEndedByItsOwnThreadNextTimeItMakesATensor) {
+  const ScopeStatistics start = scope_statistics();
+  Tensor a;
+  {
+    auto scope = std::make_unique<DisposeScope>();
+    a = Tensor::ones({2});
+    std::thread([&] { scope.reset(); }).join();
+  }
+  EXPECT_FALSE(a.is_disposed()) << "the other thread does not touch this thread's scope";
+  Tensor b = Tensor::ones({3});
+  EXPECT_TRUE(a.is_disposed()) << "ended before b was made";
+  EXPECT_FALSE(b.is_disposed()) << "b is in no scope";
+  b.dispose();
+  for (int i = 0; i < 100; ++i) Tensor temporary = Tensor::ones({256}) + 1.0;
+  EXPECT_EQ(scope_statistics().live, start.live) << "nothing is registered in the abandoned scope";
+  {
+    auto outer = std::make_unique<DisposeScope>();
+    DisposeScope inner;
+    Tensor c = Tensor::ones({2});
+    std::thread([&] { outer.reset(); }).join();
+    inner.end();  // ends the abandoned outer scope too
+    EXPECT_TRUE(c.is_disposed());
+  }
+  EXPECT_EQ(scope_statistics().live, start.live);
+}

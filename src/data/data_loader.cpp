@@ -130,7 +130,8 @@ class DataLoader::Epoch {
       dispose_all(collated, loop_);
       e.rethrow_with(std::string("DataLoader: ") + e.what() +
                      "; the tensors a dataset's get makes are disposed once their batch is collated, so one that "
-                     "get keeps for a later call must be detached (detach_from_scope(), docs/data.md)");
+                     "get keeps for a later call must be detached (detach_from_scope()) and returned as an alias(), "
+                     "or a later get may dispose it before its batch is stacked (docs/data.md)");
     } catch (...) {
       dispose_all(collated, loop_);
       throw;

@@ -42,6 +42,7 @@ struct Entry {
   std::vector<uint8_t> number_cast_to_i32;  // per numeric argument: checked to fit i32 when bound
   std::shared_ptr<Storage> scratch;
   int result_slot = -1;
+  uint64_t last_use = 0;  // the cache's clock when a call last ran it
   size_t n_args = 0;
 };
 
@@ -55,6 +56,19 @@ struct KeyHash {
 
 struct Cache {
   std::unordered_map<std::vector<int64_t>, std::unique_ptr<Entry>, KeyHash> entries;
+  uint64_t clock = 0;
+  // Bounded, so that a program whose shapes keep changing (sequences of every length) does not
+  // grow without end: past kMaxEntries, the least recently used quarter goes.
+  static constexpr size_t kMaxEntries = 1024;
+  void make_room() {
+    if (entries.size() < kMaxEntries) return;
+    std::vector<uint64_t> uses;
+    uses.reserve(entries.size());
+    for (const auto& [key, entry] : entries) uses.push_back(entry->last_use);
+    auto quarter = uses.begin() + static_cast<std::ptrdiff_t>(uses.size() / 4);
+    std::nth_element(uses.begin(), quarter, uses.end());
+    std::erase_if(entries, [&](const auto& kv) { return kv.second->last_use < *quarter; });
+  }
   std::vector<int64_t> probe;
 };
 
@@ -247,8 +261,10 @@ Tensor run_eager(EagerBuild build, std::span<const EagerArg> args, std::span<con
     auto it = cache.entries.find(cache.probe);
     if (it == cache.entries.end()) {
       std::unique_ptr<Entry> entry = build_entry(build, args, params, loc, into);
+      cache.make_room();
       it = cache.entries.emplace(cache.probe, std::move(entry)).first;
     }
+    it->second->last_use = ++cache.clock;
     result = run(*it->second, args, into, loc);
   }
   return TensorBook::handed_over(std::move(result), loc);

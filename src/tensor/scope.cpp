@@ -38,8 +38,12 @@ struct Frame {
   Loc loc{};
   size_t depth = 0;
   uint64_t generation = 0;  // which DisposeScope holds it
+  // The generation whose DisposeScope was destroyed on another thread: its thread ends it when it
+  // next makes a tensor or a scope, or ends the scope inside it.
+  std::atomic<uint64_t> abandoned{UINT64_MAX};
   bool open = false;
-  ScopeStack* stack = nullptr;
+  ScopeStack* const stack;  // set once: read from other threads
+  explicit Frame(ScopeStack* owner) : stack(owner) {}
 };
 
 struct ScopeStack {
@@ -117,6 +121,9 @@ ImplPtr leave(Impl& m) {
   return held;
 }
 
+// Ends the innermost scopes whose DisposeScope another thread destroyed.
+void close_abandoned(ScopeStack& s);
+
 void count(const ImplPtr& t, Loc loc) {
   Impl& m = *t;
   m.counted = true;
@@ -126,6 +133,7 @@ void count(const ImplPtr& t, Loc loc) {
   ScopeStack* s = this_stack_if_alive();
   if (!s) return;
   s->counts.created.fetch_add(1, std::memory_order_relaxed);
+  close_abandoned(*s);
   if (s->open > 0) enter(*s->frames[s->open - 1], t);
 }
 
@@ -160,6 +168,14 @@ void close(Frame& f) {
   f.open = false;
   ++f.generation;
   f.stack->open = f.depth;
+}
+
+void close_abandoned(ScopeStack& s) {
+  while (s.open > 0) {
+    Frame& top = *s.frames[s.open - 1];
+    if (top.abandoned.load(std::memory_order_acquire) != top.generation) return;
+    close(top);
+  }
 }
 
 }  // namespace
@@ -247,12 +263,12 @@ InternalTensors::~InternalTensors() {
 
 DisposeScope::DisposeScope(Loc loc) : loc_(loc) {
   ScopeStack& s = this_stack();
-  if (s.frames.size() == s.open) s.frames.push_back(std::make_unique<Frame>());
+  close_abandoned(s);
+  if (s.frames.size() == s.open) s.frames.push_back(std::make_unique<Frame>(&s));
   Frame& f = *s.frames[s.open];
   f.open = true;
   f.depth = s.open;
   f.loc = loc;
-  f.stack = &s;
   f.counts.created = 0;
   f.counts.disposed = 0;
   ++s.open;
@@ -270,10 +286,19 @@ Frame* open_frame(void* frame, uint64_t generation) {
 bool DisposeScope::ended() const { return open_frame(frame_, generation_) == nullptr; }
 
 DisposeScope::~DisposeScope() {
+  auto* mine = static_cast<Frame*>(frame_);
+  if (!mine) return;
+  if (mine->stack != this_stack_if_alive()) {
+    // Destroyed on another thread (a scope held by a unique_ptr handed over): a destructor may not
+    // throw, and the frame is its thread's to touch, so that thread ends it.
+    mine->abandoned.store(generation_, std::memory_order_release);
+    return;
+  }
   Frame* f = open_frame(frame_, generation_);
-  if (!f || f->stack != this_stack_if_alive()) return;
+  if (!f) return;
   ScopeStack& s = *f->stack;
   while (s.open > f->depth) close(*s.frames[s.open - 1]);
+  close_abandoned(s);
 }
 
 void DisposeScope::end() {
@@ -285,6 +310,7 @@ void DisposeScope::end() {
     throw Error("DisposeScope::end: the scope made at " + loc_str(s.frames[s.open - 1]->loc) +
                 " is still open inside the one made at " + loc_str(loc_) + "; end the inner scope first");
   close(*f);
+  close_abandoned(s);
 }
 
 void DisposeScope::dispose_everything() {
