@@ -177,3 +177,11 @@ TEST(Eager, WhatOperationsKeepPerShapeIsBoundedWhenShapesKeepChanging) {
   const Tensor x = Tensor::ones({3});
   expect_values(exp(x * 2.0 + 1.0), std::vector<double>(3, std::exp(3.0)), 1e-5);  // rebuilt after eviction
 }
+
+TEST(Eager, ErrorsRaisedBeforeShapesAreKnownStillNameTheArgumentsAndTheLine) {
+  const Tensor x = Tensor::ones({10}), p = Tensor::full({2, 3}, 0.5), t = Tensor::ones({4});
+  int line = __LINE__ + 1;
+  expect_error<Error>([&] { (void)slice(x, 1, 0, 2); }, {"f32(10,)", "eager_test.cpp:" + std::to_string(line)});
+  line = __LINE__ + 1;
+  expect_error<ShapeError>([&] { (void)binary_crossentropy(p, t); }, {"(2,3)", "eager_test.cpp:" + std::to_string(line)});
+}

@@ -135,3 +135,16 @@ TEST(Reduce, ProdGradientIsExactAtZeros) {
   expect_values(function({x}, {grad(prod(x), x)})(xv)[0], {0, 0, 0, 0, 0, 0, 0, 0, 0});
   verify_grad([](std::vector<Var> v) { return prod(v[0], {0}); }, {xv});
 }
+
+TEST(Reduce, MaxAndMinOfBooleansAreBooleansAndAxisErrorsNameTheLine) {
+  Var p = matrix("p", b8);
+  const Tensor pv = Tensor::from(std::vector<bool>{true, false, false, false}, {2, 2});
+  const Tensor any = eval1({p}, max(p, {1}), {pv}), all = eval1({p}, min(p, {0}), {pv});
+  EXPECT_EQ(any.dtype(), b8);
+  EXPECT_EQ(any.to_vector<int64_t>(), (std::vector<int64_t>{1, 0}));
+  EXPECT_EQ(all.dtype(), b8);
+  EXPECT_EQ(all.to_vector<int64_t>(), (std::vector<int64_t>{0, 0}));
+  const int line = __LINE__ + 1;
+  expect_error<TypeError>([&] { sum(p, {5}); }, {"axis 5", "2 dimensions", "reduce_test.cpp:" + std::to_string(line)});
+  expect_error<TypeError>([&] { sum(p, {0, -2}); }, {"repeated"});
+}

@@ -148,7 +148,14 @@ std::unique_ptr<Entry> build_entry(EagerBuild build, std::span<const EagerArg> a
       e->numbers.push_back(Tensor::zeros({}, a.number_dtype));
     }
   }
-  e->result = build(e->placeholders, params, loc);
+  try {
+    e->result = build(e->placeholders, params, loc);
+  } catch (const Error& error) {  // raised from the placeholders' types: say what the tensors are
+    std::string arguments;
+    for (const EagerArg& a : args)
+      arguments += (arguments.empty() ? "" : ", ") + (a.tensor ? a.tensor->str() : std::string("a number"));
+    error.rethrow_with(std::string(error.what()) + "; the arguments: " + arguments);
+  }
   // The nodes between the placeholders and the result, inputs first.
   std::unordered_map<const Variable*, int> slot;
   for (size_t i = 0; i < e->placeholders.size(); ++i) slot[e->placeholders[i].get()] = static_cast<int>(i);

@@ -451,7 +451,12 @@ Var log_softmax(const Var& x, int64_t axis, Loc loc) {
 }
 
 Var binary_crossentropy(const Var& output, const Var& target, Loc loc) {
-  return -(target * stabilized(log(output, loc)) + (1.0 - target) * stabilized(log(1.0 - output, loc)));
+  // Every node at the caller's line, so that a shape error names it.
+  const auto at = [&](const Var& v) { return Operand(v, loc); };
+  const Var log_p = stabilized(log(output, loc));
+  const Var log_not_p = stabilized(log(Operand(1.0, loc) - at(output), loc));
+  const Var not_target = Operand(1.0, loc) - at(target);
+  return -at(at(at(target) * at(log_p)) + at(at(not_target) * at(log_not_p)));
 }
 
 Var categorical_crossentropy(const Var& probs, const Var& labels, Loc loc) {

@@ -299,7 +299,7 @@ class SumToShapeKernel final : public KernelOf<SumToShape> {
 
 }  // namespace
 
-std::vector<int64_t> normalize_axes(const std::vector<int64_t>& axes, int64_t ndim, const std::string& op) {
+std::vector<int64_t> normalize_axes(const std::vector<int64_t>& axes, int64_t ndim, const std::string& op, const Loc& loc) {
   std::vector<int64_t> out;
   if (axes.empty()) {
     for (int64_t d = 0; d < ndim; ++d) out.push_back(d);
@@ -309,8 +309,8 @@ std::vector<int64_t> normalize_axes(const std::vector<int64_t>& axes, int64_t nd
     int64_t n = a < 0 ? a + ndim : a;
     if (n < 0 || n >= ndim)
       throw TypeError(op + ": axis " + std::to_string(a) + " is out of range for an input with " + std::to_string(ndim) +
-                      " dimensions");
-    if (contains(out, n)) throw TypeError(op + ": axis " + std::to_string(a) + " is repeated");
+                      " dimensions (at " + loc_str(loc) + ")");
+    if (contains(out, n)) throw TypeError(op + ": axis " + std::to_string(a) + " is repeated (at " + loc_str(loc) + ")");
     out.push_back(n);
   }
   std::sort(out.begin(), out.end());
@@ -447,7 +447,9 @@ Var sum_to_shape_of(const Var& g, const Var& like, const Loc& loc) {
 
 namespace {
 Var reduce(ReduceKind kind, const Var& x, Axes axes, bool keepdims, const Loc& loc) {
-  auto norm = normalize_axes(axes, x.ndim(), kind_name(kind));
+  if ((kind == ReduceKind::max || kind == ReduceKind::min) && x.dtype() == DType::b8)  // any / all, as NumPy: b8
+    return cast(reduce(kind, cast(x, DType::i64, loc), std::move(axes), keepdims, loc), DType::b8, loc);
+  auto norm = normalize_axes(axes, x.ndim(), kind_name(kind), loc);
   if (kind == ReduceKind::argmax && norm.size() != 1 && static_cast<int64_t>(norm.size()) != x.ndim())
     throw TypeError("argmax: takes one axis or all of them, got " + std::to_string(axes.size()) + " axes (at " +
                     loc_str(loc) + ")");
@@ -463,7 +465,7 @@ Var prod(const Var& x, Axes axes, bool keepdims, Loc loc) { return reduce(Reduce
 Var argmax(const Var& x, Axes axes, bool keepdims, Loc loc) { return reduce(ReduceKind::argmax, x, axes, keepdims, loc); }
 Var logsumexp(const Var& x, Axes axes, bool keepdims, Loc loc) {
   const Var xf = is_float(x.dtype()) ? x : cast(x, DType::f64, loc);
-  return apply1(std::make_shared<LogSumExp>(normalize_axes(axes, x.ndim(), "logsumexp"), keepdims), {xf}, loc);
+  return apply1(std::make_shared<LogSumExp>(normalize_axes(axes, x.ndim(), "logsumexp", loc), keepdims), {xf}, loc);
 }
 
 }  // namespace kiln

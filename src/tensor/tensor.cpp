@@ -20,7 +20,7 @@ void Tensor::throw_unusable() const {
 void Tensor::check_dtype(DType expected) const {
   if (dtype() != expected)
     throw TypeError(std::string("Tensor::data<T>: the tensor ") + str() + " holds " + dtype_name(dtype()) +
-                    ", but T is " + dtype_name(expected) + "; use to<T>() or to_vector<T>() to convert");
+                    ", but T is " + dtype_name(expected) + "; convert with to(dtype) or to_vector<T>()");
 }
 
 namespace {
