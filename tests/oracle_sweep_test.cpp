@@ -311,7 +311,7 @@ DType reduction_dtype(const std::string& name, DType in) {
   if (name == "argmax") return i64;
   if (name == "mean") return is_float(in) ? in : f64;
   if (name == "sum" || name == "prod") return is_float(in) ? in : i64;
-  return in == b8 ? i64 : in;  // max, min
+  return in;  // max, min: NumPy keeps the dtype, booleans included (any / all)
 }
 
 }  // namespace
