@@ -185,3 +185,15 @@ TEST(Eager, ErrorsRaisedBeforeShapesAreKnownStillNameTheArgumentsAndTheLine) {
   line = __LINE__ + 1;
   expect_error<ShapeError>([&] { (void)binary_crossentropy(p, t); }, {"(2,3)", "eager_test.cpp:" + std::to_string(line)});
 }
+
+TEST(Eager, WritingABroadcastViewIsAnErrorThatChangesNothing) {
+  Tensor base = Tensor::from(std::vector<float>{1, 2});
+  Tensor rows = base.view({3, 2}, {0, 1}, 0);  // base broadcast to three rows
+  expect_error<ShapeError>([&] { rows += 1.0; }, {"broadcast view", "axis 0", "contiguous()"});
+  expect_error<ShapeError>([&] { add_(rows, 1.0); }, {"broadcast view"});
+  expect_error<ShapeError>([&] { rows.copy_from(Tensor::zeros({3, 2})); }, {"broadcast view"});
+  expect_values(base, {1, 2}, 0);
+  Tensor copy = rows.contiguous();
+  copy += 1.0;
+  expect_values(copy, {2, 3, 2, 3, 2, 3}, 0);
+}

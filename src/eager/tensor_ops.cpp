@@ -23,6 +23,7 @@ Tensor eager(EagerBuild build, std::initializer_list<EagerArg> args, std::initia
 }
 
 Tensor in_place(EagerBuild build, const Tensor& a, const TensorOperand& b) {
+  check_writable_view(a, "in-place operation");
   // An operand that overlaps a otherwise than as a itself would be read after it is written.
   Tensor read = b.tensor && b.tensor->shares_memory(a) &&
                         !(b.tensor->offset() == a.offset() && b.tensor->shape() == a.shape() && b.tensor->strides() == a.strides())

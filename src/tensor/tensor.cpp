@@ -215,9 +215,20 @@ void copy_to_contiguous(std::byte* dst, const Tensor& src) {
   });
 }
 
+void check_writable_view(const Tensor& t, const char* what) {
+  if (t.numel() == 0) return;  // nothing is written (an empty tensor's strides may be 0)
+  for (int64_t d = 0; d < t.ndim(); ++d)
+    if (t.shape()[d] > 1 && t.strides()[d] == 0)
+      throw ShapeError(std::string(what) + ": " + t.str() + " is a broadcast view (stride 0 along axis " +
+                       std::to_string(d) + "), whose elements share memory; writing it would write each of them " +
+                       std::to_string(t.shape()[d]) + " times. Write a contiguous() copy instead (NumPy makes such "
+                       "views read-only)");
+}
+
 void Tensor::copy_from(const Tensor& src) {
   if (src.shape() != shape())
     throw ShapeError("Tensor::copy_from: source " + src.str() + " and destination " + str() + " differ in shape");
+  check_writable_view(*this, "Tensor::copy_from");
   const bool same_view = src.storage() == storage() && src.offset() == offset() && src.strides() == strides();
   if (!same_view && src.shares_memory(*this)) {  // a[:] = a.T: read all of the source before writing
     const InternalTensors internal;
