@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <malloc.h>
 
+#include <sstream>
+
 #include <cmath>
 #include <limits>
 
@@ -196,4 +198,23 @@ TEST(Eager, WritingABroadcastViewIsAnErrorThatChangesNothing) {
   Tensor copy = rows.contiguous();
   copy += 1.0;
   expect_values(copy, {2, 3, 2, 3, 2, 3}, 0);
+}
+
+TEST(Eager, RowsByIndexAxisMethodsAndPrinting) {
+  const Tensor m = Tensor::from(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3});
+  expect_values(m[1], {4, 5, 6}, 0);
+  expect_values(m[-2], {1, 2, 3}, 0);
+  EXPECT_EQ(m[1][2].item<float>(), 6);
+  EXPECT_TRUE(m[1].shares_memory(m));
+  const int line = __LINE__ + 1;
+  expect_error<ShapeError>([&] { (void)m[2]; }, {"index 2", "f32(2,3)", "eager_test.cpp:" + std::to_string(line)});
+  expect_values(m.sum(1), {6, 15}, 0);
+  expect_values(m.mean(0, true), {2.5, 3.5, 4.5}, 0);
+  EXPECT_EQ(m.mean(0, true).shape(), (Shape{1, 3}));
+  std::ostringstream printed;
+  printed << m;
+  EXPECT_EQ(printed.str(), "f32(2,3) [[1, 2, 3], [4, 5, 6]]");
+  EXPECT_EQ((m > 2.5).values_str(), "b8(2,3) [[false, false, true], [true, true, true]]");
+  EXPECT_EQ(Tensor::from(std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}).values_str(4), "i64(8,) [1, 2, 3, ..., 6, 7, 8]");
+  EXPECT_EQ(Tensor::scalar(2.5).values_str(), "f64() 2.5");
 }

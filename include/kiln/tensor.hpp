@@ -2,6 +2,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <iosfwd>
 #include <memory>
 #include <source_location>
 #include <string>
@@ -100,6 +101,9 @@ int num_threads();
 // A handle on an n-d view of a Storage. Copying a Tensor copies the handle (both name the same
 // tensor, as references do); alias() makes a fresh handle on the same storage; dispose() releases
 // this handle's storage at once, and any later use of the handle raises DisposedError.
+class Tensor;
+std::ostream& operator<<(std::ostream& out, const Tensor& t);  // t.values_str()
+
 class Tensor {
  public:
   Tensor() = default;
@@ -162,9 +166,21 @@ class Tensor {
   Tensor view(Shape shape, Shape strides, int64_t offset, Loc loc = Loc::current()) const;
   Tensor reshape(const Shape& shape, Loc loc = Loc::current()) const;  // a view when contiguous, else a copy
   Tensor reshape(std::initializer_list<int64_t> shape, Loc loc = Loc::current()) const;
-  // The eager reductions over every element (kiln/eager.hpp has them by axes).
+  // The eager reductions over every element or along one axis (kiln/eager.hpp has them by axes).
   Tensor sum(Loc loc = Loc::current()) const;
   Tensor mean(Loc loc = Loc::current()) const;
+  Tensor sum(int64_t axis, bool keepdims = false, Loc loc = Loc::current()) const;
+  Tensor mean(int64_t axis, bool keepdims = false, Loc loc = Loc::current()) const;
+  // t[i]: a view of t at index i along its first axis (negative from the end), as NumPy's.
+  struct Index {
+    Index(int64_t i, Loc loc = Loc::current()) : i(i), loc(loc) {}  // NOLINT: t[2] records the caller's line
+    int64_t i;
+    Loc loc;
+  };
+  Tensor operator[](Index index) const;
+  // The values, NumPy-like: "f32(2,3) [[1, 2, 3], [4, 5, 6]]"; past max_elements, the first and
+  // last three of each axis with "..." between.
+  std::string values_str(int64_t max_elements = 1000) const;
   void copy_from(const Tensor& src);           // same shape; converts dtype
   bool shares_memory(const Tensor& other) const;
   bool same_storage(const Tensor& other) const;

@@ -143,6 +143,8 @@ KILN_EAGER_REDUCTION(logsumexp)
 
 Tensor Tensor::sum(Loc loc) const { return kiln::sum(*this, Axes{}, false, loc); }
 Tensor Tensor::mean(Loc loc) const { return kiln::mean(*this, Axes{}, false, loc); }
+Tensor Tensor::sum(int64_t axis, bool keepdims, Loc loc) const { return kiln::sum(*this, axis, keepdims, loc); }
+Tensor Tensor::mean(int64_t axis, bool keepdims, Loc loc) const { return kiln::mean(*this, axis, keepdims, loc); }
 
 Tensor detail::reduce_along(Reduction reduction, const Tensor& x, int64_t axis, bool keepdims, Loc loc) {
   static constexpr EagerBuild (*builds[])() = {build_sum, build_mean, build_max,      build_min,

@@ -1,5 +1,7 @@
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <ostream>
 #include <sstream>
 
 #include "kiln/tensor.hpp"
@@ -128,6 +130,53 @@ std::string Tensor::str() const {
   if (!impl_) return "<empty tensor>";
   if (impl_->disposed) return "<disposed tensor>";
   return std::string(dtype_name(dtype())) + shape_str(shape());
+}
+
+namespace {
+// The values of t along axis (the indices before it fixed at flat_prefix), NumPy's way.
+void print_values(const Tensor& t, size_t axis, int64_t flat_prefix, bool summarize, std::string& out) {
+  if (axis == t.shape().size()) {
+    const double v = t.item_as_double(flat_prefix);
+    char text[32];
+    if (t.dtype() == DType::b8) std::snprintf(text, sizeof text, "%s", v != 0 ? "true" : "false");
+    else if (is_float(t.dtype())) std::snprintf(text, sizeof text, "%.6g", v);
+    else std::snprintf(text, sizeof text, "%lld", static_cast<long long>(v));
+    out += text;
+    return;
+  }
+  constexpr int64_t kEdge = 3;
+  const int64_t n = t.shape()[axis];
+  out += '[';
+  for (int64_t i = 0; i < n; ++i) {
+    if (i > 0) out += ", ";
+    if (summarize && n > 2 * kEdge && i == kEdge) {
+      out += "..., ";
+      i = n - kEdge;
+    }
+    print_values(t, axis + 1, flat_prefix * n + i, summarize, out);
+  }
+  out += ']';
+}
+}  // namespace
+
+std::string Tensor::values_str(int64_t max_elements) const {
+  if (!impl_ || impl_->disposed) return str();
+  std::string out = str() + " ";
+  print_values(*this, 0, 0, numel() > max_elements, out);
+  return out;
+}
+
+std::ostream& operator<<(std::ostream& out, const Tensor& t) { return out << t.values_str(); }
+
+Tensor Tensor::operator[](Index index) const {
+  if (ndim() == 0) throw ShapeError("Tensor::operator[]: " + str() + " has no axis to index (at " + loc_str(index.loc) + ")");
+  const int64_t n = shape()[0];
+  const int64_t i = index.i < 0 ? index.i + n : index.i;
+  if (i < 0 || i >= n)
+    throw ShapeError("Tensor::operator[]: index " + std::to_string(index.i) + " is out of range for " + str() + " (at " +
+                     loc_str(index.loc) + ")");
+  const std::span<const int64_t> dims(shape()), steps(strides());
+  return TensorHandles::make(storage(), dtype(), dims.subspan(1), steps.subspan(1), offset() + i * steps[0], index.loc);
 }
 
 double Tensor::item_as_double(int64_t flat) const {
