@@ -4,6 +4,7 @@ set(KILN_SOURCES
   src/tensor/handle_pool.cpp
   src/tensor/isa.cpp
   src/tensor/scope.cpp
+  src/tensor/sparse.cpp
   src/tensor/storage.cpp
   src/tensor/tensor.cpp
   src/graph/op.cpp

@@ -9,4 +9,5 @@
 #include "kiln/ops.hpp"
 #include "kiln/scan.hpp"
 #include "kiln/scope.hpp"
+#include "kiln/sparse.hpp"
 #include "kiln/tensor.hpp"
