@@ -341,3 +341,17 @@ TEST(DisposeScope, AScopeDestroyedOnAnotherThreadIsEndedByItsOwnThreadNextTimeIt
   }
   EXPECT_EQ(scope_statistics().live, start.live);
 }
+
+TEST(Statistics, AScopesCountsAreKeptWhenItEnds) {
+  DisposeScope scope;
+  Tensor a = Tensor::ones({2}), b = a + 1.0;
+  b.dispose();
+  scope.end();
+  const ScopeStatistics counts = scope.statistics();
+  EXPECT_EQ(counts.created, 2);
+  EXPECT_EQ(counts.disposed, 2);
+  EXPECT_EQ(counts.live, 0);
+  DisposeScope next;  // reuses the ended scope's place: the counts stay those of the ended one
+  Tensor c = Tensor::ones({1});
+  EXPECT_EQ(scope.statistics().created, 2);
+}

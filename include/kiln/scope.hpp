@@ -33,16 +33,20 @@ class DisposeScope {
   void end();
   void dispose_everything();  // disposes what is registered so far; the scope stays open
   void dispose_everything_but(const std::vector<Tensor>& keep);  // the kept stay registered here
-  ScopeStatistics statistics() const;  // the tensors registered in this scope
+  // The tensors registered in this scope; after end(), as they were when it ended.
+  ScopeStatistics statistics() const;
   bool ended() const;
 
  private:
   void* frame_;
   uint64_t generation_ = 0;
   Loc loc_;
+  ScopeStatistics at_end_;
 };
 
-// expr() run in a scope of its own: its temporaries are disposed, its result moved out.
+// expr() run in a scope of its own: its temporaries are disposed, its result moved out. A result
+// made before the call (expr returning a tensor of the caller's scope) is moved one scope further
+// out, as in TorchSharp: return t.alias() to keep it where it was.
 template <class Expr> Tensor wrapped_dispose_scope(Expr&& expr, Loc loc = Loc::current()) {
   DisposeScope scope(loc);
   Tensor result = std::forward<Expr>(expr)();

@@ -310,6 +310,7 @@ void DisposeScope::end() {
     throw Error("DisposeScope::end: the scope made at " + loc_str(s.frames[s.open - 1]->loc) +
                 " is still open inside the one made at " + loc_str(loc_) + "; end the inner scope first");
   close(*f);
+  at_end_ = f->counts.read();
   close_abandoned(s);
 }
 
@@ -327,7 +328,7 @@ void DisposeScope::dispose_everything_but(const std::vector<Tensor>& keep) {
 
 ScopeStatistics DisposeScope::statistics() const {
   const Frame* f = open_frame(frame_, generation_);
-  return f ? f->counts.read() : ScopeStatistics{};
+  return f ? f->counts.read() : at_end_;
 }
 
 ScopeStatistics scope_statistics(Threads threads) {
