@@ -4,6 +4,7 @@
 #include <malloc.h>
 
 #include <sstream>
+#include <thread>
 
 #include <cmath>
 #include <limits>
@@ -217,4 +218,36 @@ TEST(Eager, RowsByIndexAxisMethodsAndPrinting) {
   EXPECT_EQ((m > 2.5).values_str(), "b8(2,3) [[false, false, true], [true, true, true]]");
   EXPECT_EQ(Tensor::from(std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8}).values_str(4), "i64(8,) [1, 2, 3, ..., 6, 7, 8]");
   EXPECT_EQ(Tensor::scalar(2.5).values_str(), "f64() 2.5");
+  EXPECT_EQ(Tensor::from(std::vector<int64_t>{9007199254740993}).values_str(), "i64(1,) [9007199254740993]");
+}
+
+TEST(Eager, AFailedOperationKeepsNoTensorAlive) {
+  const Tensor small = Tensor::from(std::vector<int32_t>{1, 2});
+  (void)(small + int64_t{1});  // the entry exists: the failure below is in a cached run
+  const ScopeStatistics start = scope_statistics();
+  const int64_t storages = allocator_stats().live_storages;
+  {
+    const Tensor y = Tensor::from(std::vector<int32_t>{3, 4});
+    EXPECT_THROW((void)(y + int64_t{3000000000}), TypeError);
+    const Tensor x = Tensor::ones({3});
+    EXPECT_THROW((void)take(x, Tensor::from(std::vector<int64_t>{0, 9})), ShapeError);
+    EXPECT_THROW((void)take(x, Tensor::from(std::vector<int64_t>{0, 9})), ShapeError);  // cached, failing
+  }
+  EXPECT_EQ(scope_statistics().live, start.live);
+  EXPECT_EQ(allocator_stats().live_storages, storages);
+}
+
+TEST(Eager, OperationsRunWhileTheirThreadExits) {
+  // A thread_local whose destructor computes: the eager caches may be gone by then.
+  struct ComputesAtExit {
+    double* seen;
+    ~ComputesAtExit() { *seen = (Tensor::ones({2}) + 1.0).sum().item<double>(); }
+  };
+  double seen = 0;
+  std::thread([&] {
+    thread_local ComputesAtExit at_exit{nullptr};
+    at_exit.seen = &seen;
+    (void)(Tensor::ones({2}) * 2.0);
+  }).join();
+  EXPECT_EQ(seen, 4.0);
 }

@@ -2,6 +2,7 @@
 // torchsharp-memory-management.md) checked from the public API.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <stdexcept>
 #include <thread>
 
@@ -354,4 +355,18 @@ TEST(Statistics, AScopesCountsAreKeptWhenItEnds) {
   DisposeScope next;  // reuses the ended scope's place: the counts stay those of the ended one
   Tensor c = Tensor::ones({1});
   EXPECT_EQ(scope.statistics().created, 2);
+}
+
+TEST(DisposeScope, AScopeThatOutlivesItsThreadCanStillBeDestroyed) {
+  // A scope held in a unique_ptr handed out of a thread that then exits (checked for memory
+  // errors by the sanitizer build): its frame lives as long as the scope object.
+  std::unique_ptr<DisposeScope> handed;
+  Tensor kept;
+  std::thread([&] {
+    handed = std::make_unique<DisposeScope>(Loc::current());
+    kept = Tensor::ones({4});
+  }).join();
+  handed.reset();
+  EXPECT_EQ(kept.numel(), 4);
+  kept = Tensor();
 }

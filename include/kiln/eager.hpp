@@ -101,6 +101,7 @@ Tensor reduce_along(Reduction reduction, const Tensor& x, int64_t axis, bool kee
 // braced list still picks the overloads above).
 #define KILN_EAGER_ONE_AXIS(name)                                                                 \
   template <std::integral Axis>                                                                   \
+    requires(!std::same_as<Axis, bool>)                                                           \
   Tensor name(const Tensor& x, Axis axis, bool keepdims = false, Loc loc = Loc::current()) {      \
     return detail::reduce_along(detail::Reduction::name, x, static_cast<int64_t>(axis), keepdims, loc); \
   }

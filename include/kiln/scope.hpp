@@ -1,4 +1,5 @@
 #pragma once
+#include <memory>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -39,6 +40,7 @@ class DisposeScope {
 
  private:
   void* frame_;
+  std::shared_ptr<void> frame_owner_;  // keeps frame_ alive should this scope outlive its thread
   uint64_t generation_ = 0;
   Loc loc_;
   ScopeStatistics at_end_;

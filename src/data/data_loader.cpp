@@ -162,7 +162,8 @@ DataLoader::DataLoader(Dataset& dataset, DataLoaderOptions options) : dataset_(d
 
 int64_t DataLoader::size() const {
   const int64_t n = dataset_.size();
-  return options_.drop_last ? n / options_.batch_size : (n + options_.batch_size - 1) / options_.batch_size;
+  const int64_t whole = n / options_.batch_size;
+  return options_.drop_last || n % options_.batch_size == 0 ? whole : whole + 1;
 }
 
 DataLoader::Iterator DataLoader::begin(Loc loop) {

@@ -44,7 +44,8 @@ std::vector<int64_t> idx_sizes(const std::vector<uint8_t>& d, uint32_t ndim, con
   uint64_t total = 1;
   for (uint32_t i = 0; i < ndim; ++i) {
     sizes.push_back(big_endian(d, 4 + 4 * size_t{i}));
-    total *= static_cast<uint64_t>(sizes.back());
+    if (__builtin_mul_overflow(total, static_cast<uint64_t>(sizes.back()), &total))
+      throw IOError("FashionMnist: " + path + " is malformed: the sizes in its header overflow a 64-bit count");
   }
   const uint64_t held = d.size() - 4 - 4 * size_t{ndim};
   if (held != total)

@@ -72,12 +72,6 @@ struct Cache {
   std::vector<int64_t> probe;
 };
 
-Cache& this_cache() {
-  Cache* cache = PerThread<Cache>::get();
-  if (!cache) throw Error("an eager operation cannot run while its thread exits (its caches are gone)");
-  return *cache;
-}
-
 void make_key(std::vector<int64_t>& key, EagerBuild build, std::span<const EagerArg> args, std::span<const int64_t> params,
               bool in_place) {
   key.clear();
@@ -248,12 +242,20 @@ std::unique_ptr<Entry> build_entry(EagerBuild build, std::span<const EagerArg> a
   return e;
 }
 
+// Empties the slots a run filled when it returns or fails: the cached entry must not keep the
+// caller's tensors, or its results, alive.
+struct EmptyTransientSlots {
+  Entry& e;
+  ~EmptyTransientSlots() {
+    for (int s : e.transient_slots) e.values[static_cast<size_t>(s)] = Tensor();
+  }
+};
+
 Tensor run(Entry& e, std::span<const EagerArg> args, const Tensor* into, const Loc& loc) {
+  const EmptyTransientSlots empty_after{e};
   bind_arguments(e, args, loc);
   for (size_t k = 0; k < e.steps.size(); ++k) run_step(e, k, k + 1 == e.steps.size() ? into : nullptr);
-  Tensor result = e.values[static_cast<size_t>(e.result_slot)];
-  for (int s : e.transient_slots) e.values[static_cast<size_t>(s)] = Tensor();
-  return result;
+  return e.values[static_cast<size_t>(e.result_slot)];
 }
 
 }  // namespace
@@ -263,16 +265,19 @@ Tensor run_eager(EagerBuild build, std::span<const EagerArg> args, std::span<con
   Tensor result;
   {
     const InternalTensors internal;
-    Cache& cache = this_cache();
-    make_key(cache.probe, build, args, params, into != nullptr);
-    auto it = cache.entries.find(cache.probe);
-    if (it == cache.entries.end()) {
-      std::unique_ptr<Entry> entry = build_entry(build, args, params, loc, into);
-      cache.make_room();
-      it = cache.entries.emplace(cache.probe, std::move(entry)).first;
+    if (Cache* cache = PerThread<Cache>::get()) {
+      make_key(cache->probe, build, args, params, into != nullptr);
+      auto it = cache->entries.find(cache->probe);
+      if (it == cache->entries.end()) {
+        std::unique_ptr<Entry> entry = build_entry(build, args, params, loc, into);
+        cache->make_room();
+        it = cache->entries.emplace(cache->probe, std::move(entry)).first;
+      }
+      it->second->last_use = ++cache->clock;
+      result = run(*it->second, args, into, loc);
+    } else {  // the thread is exiting (a thread_local's destructor): run without the cache
+      result = run(*build_entry(build, args, params, loc, into), args, into, loc);
     }
-    it->second->last_use = ++cache.clock;
-    result = run(*it->second, args, into, loc);
   }
   return TensorBook::handed_over(std::move(result), loc);
 }

@@ -2,6 +2,7 @@
 // with the very functions of ops.hpp, so types, broadcasting and errors are the symbolic ones.
 #include "eager/run_eager.hpp"
 #include "kiln/eager.hpp"
+#include "tensor/copy.hpp"
 #include "tensor/small_vector.hpp"
 #include "tensor/tensor_book.hpp"
 

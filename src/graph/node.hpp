@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kiln/graph.hpp"
+#include "tensor/loc.hpp"
 
 namespace kiln {
 
@@ -130,6 +131,5 @@ std::vector<Var> apply(std::shared_ptr<const Op> op, std::vector<Var> inputs, co
 Var apply1(std::shared_ptr<const Op> op, std::vector<Var> inputs, const std::source_location& loc);
 
 std::string types_str(const std::vector<Var>& vars);
-std::string loc_str(const std::source_location& loc);
 
 }  // namespace kiln

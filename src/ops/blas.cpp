@@ -576,16 +576,13 @@ void add_blas_kernels(KernelTable& table) {
   table.add<BatchedMatmul, BatchedMatmulKernel>();
 }
 
-namespace {
-// A product of integers (or booleans) has their dtype, as in NumPy (for booleans: whether any
-// product holds); it runs on the f64 kernels, exact while every partial sum stays within 2^53.
-Var integer_product(const Var& computed_in_f64, DType dtype, const Loc& loc) { return cast(computed_in_f64, dtype, loc); }
-}  // namespace
-
 Var dot(const Var& a, const Var& b, Loc loc) {
   if (a.ndim() == 0 || b.ndim() == 0) return elemwise(ScalarOp::mul, {a, b}, loc);
-  const DType dtype = result_dtype({a, b});
-  if (!is_float(dtype)) return integer_product(dot(cast(a, DType::f64, loc), cast(b, DType::f64, loc), loc), dtype, loc);
+  // Integer and boolean products run on the f64 kernels and stay f64 (NumPy keeps the integer
+  // dtype; cast back when the sums are known to fit: an f64 result beyond 2^53 is visibly inexact,
+  // a wrapped integer would not be).
+  DType dtype = result_dtype({a, b});
+  if (!is_float(dtype)) dtype = DType::f64;
   return apply1(std::make_shared<Dot>(), {cast(a, dtype, loc), cast(b, dtype, loc)}, loc);
 }
 
@@ -594,8 +591,8 @@ Var matmul(const Var& a, const Var& b, Loc loc) {
     throw TypeError("matmul: inputs must have at least one dimension, got " + a.type().str() + " and " + b.type().str() +
                     "; use * for scalars (at " + loc_str(loc) + ")");
   if (a.ndim() <= 2 && b.ndim() <= 2) return dot(a, b, loc);
-  const DType dtype = result_dtype({a, b});
-  if (!is_float(dtype)) return integer_product(matmul(cast(a, DType::f64, loc), cast(b, DType::f64, loc), loc), dtype, loc);
+  DType dtype = result_dtype({a, b});
+  if (!is_float(dtype)) dtype = DType::f64;  // as dot
   Var a2 = a.ndim() == 1 ? dimshuffle(a, {-1, 0}, loc) : a;
   Var b2 = b.ndim() == 1 ? dimshuffle(b, {0, -1}, loc) : b;
   const int64_t nd = std::max(a2.ndim(), b2.ndim());

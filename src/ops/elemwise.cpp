@@ -109,8 +109,8 @@ Var cast_to(const Var& v, DType d, const Loc& loc) {
 void check_fits_i32(int64_t number, const Loc& loc) {
   if (number >= INT32_MIN && number <= INT32_MAX) return;
   throw TypeError("the number " + std::to_string(number) +
-                  " does not fit i32, the dtype of the tensor it is combined with (NumPy raises OverflowError); "
-                  "cast the tensor to i64 first (at " + loc_str(loc) + ")");
+                  " does not fit i32, the dtype of the tensor it is combined with (kiln would wrap it, so it refuses; "
+                  "NumPy 2 raises OverflowError in arithmetic); cast the tensor to i64 first (at " + loc_str(loc) + ")");
 }
 
 DType result_dtype(const std::vector<Var>& inputs) {

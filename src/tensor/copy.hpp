@@ -10,6 +10,10 @@ namespace kiln {
 // right, its size-1 and missing axes read with stride 0.
 Dims broadcast_strides(const Tensor& t, std::span<const int64_t> out_shape);
 
+// ShapeError when t is a broadcast view (stride 0 along an axis longer than 1): a write would
+// land on the same elements several times.
+void check_writable_view(const Tensor& t, const char* what);
+
 // Writes src, broadcast to dst's shape, into dst, converting the dtype. Allocates nothing.
 void copy_broadcast(const Tensor& dst, const Tensor& src);
 

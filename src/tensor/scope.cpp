@@ -44,10 +44,15 @@ struct Frame {
   bool open = false;
   ScopeStack* const stack;  // set once: read from other threads
   explicit Frame(ScopeStack* owner) : stack(owner) {}
+  // A DisposeScope may outlive its thread (held in a unique_ptr handed on) and so its frame: the
+  // tensors still registered here must not point back at it once it is gone.
+  ~Frame() {
+    for (const ImplPtr& m : members) m->scope = nullptr;
+  }
 };
 
 struct ScopeStack {
-  std::vector<std::unique_ptr<Frame>> frames;
+  std::vector<std::shared_ptr<Frame>> frames;  // shared with the DisposeScopes using them
   size_t open = 0;
   int internal = 0;
   Counts counts;
@@ -264,7 +269,7 @@ InternalTensors::~InternalTensors() {
 DisposeScope::DisposeScope(Loc loc) : loc_(loc) {
   ScopeStack& s = this_stack();
   close_abandoned(s);
-  if (s.frames.size() == s.open) s.frames.push_back(std::make_unique<Frame>(&s));
+  if (s.frames.size() == s.open) s.frames.push_back(std::make_shared<Frame>(&s));
   Frame& f = *s.frames[s.open];
   f.open = true;
   f.depth = s.open;
@@ -273,6 +278,7 @@ DisposeScope::DisposeScope(Loc loc) : loc_(loc) {
   f.counts.disposed = 0;
   ++s.open;
   frame_ = &f;
+  frame_owner_ = s.frames[s.open - 1];
   generation_ = f.generation;
 }
 

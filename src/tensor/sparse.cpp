@@ -98,7 +98,7 @@ SparseTensor SparseTensor::make(SparseFormat format, const Tensor& data, const T
       throw TypeError(op + ": " + name + " must be i32 or i64, got " + t->str() + at);
   const int64_t majors = majors_of(format, shape), minors = minors_of(format, shape), nnz = data.numel();
   const char* major_name = format == SparseFormat::csr ? "row" : "column";
-  if (indptr.numel() != majors + 1)
+  if (indptr.numel() - 1 != majors)
     throw ShapeError(op + ": indptr needs one entry per " + major_name + " and one more (" + std::to_string(majors + 1) +
                      " for shape " + shape_str(shape) + "), got " + std::to_string(indptr.numel()) + at);
   if (indices.numel() != nnz)

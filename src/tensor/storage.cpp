@@ -17,6 +17,7 @@ constexpr size_t kAlignment = 64;
 // Freed blocks of at least kCacheMin bytes are kept (up to kCacheMax in all) and handed out again
 // for the same size: a steady loop then reuses touched pages instead of faulting in fresh ones.
 constexpr size_t kCacheMin = size_t{1} << 20;
+static_assert(kCacheMin == BlockPool::kDataBytes, "a block is in the thread's pool or the shared cache, never in neither");
 constexpr size_t kCacheMax = size_t{512} << 20;
 
 struct BlockCache {
@@ -99,11 +100,18 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes) {
     std::snprintf(gib, sizeof gib, "%.1f", static_cast<double>(nbytes) / double(1 << 30));
     throw MemoryError("out of memory: the system refused " + std::to_string(nbytes) + " bytes (" + gib + " GiB)");
   }
-  auto& c = counters();
+  std::shared_ptr<Storage> storage;
+  try {
+    storage = make(static_cast<std::byte*>(p), nbytes, true);
+  } catch (...) {  // no object to own the block: it goes back
+    std::free(p);
+    throw;
+  }
+  auto& c = counters();  // counted once the storage exists: its destructor uncounts it
   raise_peak(c.bytes_in_use.fetch_add(static_cast<int64_t>(nbytes)) + static_cast<int64_t>(nbytes));
   c.n_allocations.fetch_add(1, std::memory_order_relaxed);
   c.live_storages.fetch_add(1, std::memory_order_relaxed);
-  return make(static_cast<std::byte*>(p), nbytes, true);
+  return storage;
 }
 
 std::shared_ptr<Storage> Storage::borrow(void* data, size_t nbytes) { return make(static_cast<std::byte*>(data), nbytes, false); }

@@ -133,14 +133,24 @@ std::string Tensor::str() const {
 }
 
 namespace {
+// The integer at row-major position flat, exactly (item_as_double rounds beyond 2^53).
+int64_t integer_at(const Tensor& t, int64_t flat) {
+  int64_t offset = 0;
+  for (size_t d = t.shape().size(); d-- > 0;) {
+    offset += (flat % t.shape()[d]) * t.strides()[d];
+    flat /= t.shape()[d];
+  }
+  return t.dtype() == DType::i64 ? reinterpret_cast<const int64_t*>(t.raw_data())[offset]
+                                 : reinterpret_cast<const int32_t*>(t.raw_data())[offset];
+}
+
 // The values of t along axis (the indices before it fixed at flat_prefix), NumPy's way.
 void print_values(const Tensor& t, size_t axis, int64_t flat_prefix, bool summarize, std::string& out) {
   if (axis == t.shape().size()) {
-    const double v = t.item_as_double(flat_prefix);
     char text[32];
-    if (t.dtype() == DType::b8) std::snprintf(text, sizeof text, "%s", v != 0 ? "true" : "false");
-    else if (is_float(t.dtype())) std::snprintf(text, sizeof text, "%.6g", v);
-    else std::snprintf(text, sizeof text, "%lld", static_cast<long long>(v));
+    if (is_float(t.dtype())) std::snprintf(text, sizeof text, "%.6g", t.item_as_double(flat_prefix));
+    else if (t.dtype() == DType::b8) std::snprintf(text, sizeof text, "%s", t.item_as_double(flat_prefix) != 0 ? "true" : "false");
+    else std::snprintf(text, sizeof text, "%lld", static_cast<long long>(integer_at(t, flat_prefix)));
     out += text;
     return;
   }

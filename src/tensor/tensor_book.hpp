@@ -3,13 +3,10 @@
 #include <string>
 
 #include "kiln/tensor.hpp"
+#include "tensor/loc.hpp"
 
 namespace kiln {
 
-std::string loc_str(const Loc& loc);  // "file.cpp:12", the file without its folders
-// ShapeError when t is a broadcast view (stride 0 along an axis longer than 1): a write would
-// land on the same elements several times.
-void check_writable_view(const Tensor& t, const char* what);
 
 // The books kept on the tensors made for the user: which dispose scope holds each, how many were
 // made and disposed, which are alive and where they were made (docs/eager.md).
