@@ -131,6 +131,7 @@ void close_abandoned(ScopeStack& s);
 
 void count(const ImplPtr& t, Loc loc) {
   Impl& m = *t;
+  if (m.counted) return;  // made for the user already (while its thread exits, nothing is kiln's own)
   m.counted = true;
   m.created = loc;
   link(m);
