@@ -157,21 +157,20 @@ Tensor SparseTensor::to_dense(Loc loc) const {
   return dense;
 }
 
-SparseTensor SparseTensor::to_csr() const {
-  if (format_ == SparseFormat::csr) return *this;
-  std::vector<Entry> entries = entries_of(*this);
+namespace {
+// s in the other format: its entries counted out by their new major index, in order, so that each
+// new row (column) lists its entries by increasing old major index.
+SparseTensor in_other_format(const SparseTensor& s) {
+  std::vector<Entry> entries = entries_of(s);
   for (Entry& e : entries) std::swap(e.major, e.minor);
   std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.major < b.major; });
-  return compress(SparseFormat::csr, entries, data_, shape_[0], shape_);
+  const SparseFormat other = s.format() == SparseFormat::csr ? SparseFormat::csc : SparseFormat::csr;
+  return compress(other, entries, s.data(), majors_of(other, s.shape()), s.shape());
 }
+}  // namespace
 
-SparseTensor SparseTensor::to_csc() const {
-  if (format_ == SparseFormat::csc) return *this;
-  std::vector<Entry> entries = entries_of(*this);
-  for (Entry& e : entries) std::swap(e.major, e.minor);
-  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.major < b.major; });
-  return compress(SparseFormat::csc, entries, data_, shape_[1], shape_);
-}
+SparseTensor SparseTensor::to_csr() const { return format_ == SparseFormat::csr ? *this : in_other_format(*this); }
+SparseTensor SparseTensor::to_csc() const { return format_ == SparseFormat::csc ? *this : in_other_format(*this); }
 
 SparseTensor SparseTensor::sorted() const {
   std::vector<Entry> entries = entries_of(*this);
