@@ -383,7 +383,7 @@ void CompositeKernel::run(InputValues in, OutputValues out, std::span<std::byte>
     plans.push_back({feed, t.raw_data(), strides});
   }
   const bool reducing = reduction.has_value();
-  const bool streaming = !reducing && static_cast<int64_t>(o.nbytes()) >= kStreamingBytes &&
+  const bool streaming = !reducing && streams(static_cast<int64_t>(o.nbytes()), o.numel()) &&
                          reinterpret_cast<uintptr_t>(o.raw_data()) % 64 == 0;
   const CompiledProgram* compiled = compiled_ && compiled_->isa() == active_isa() ? compiled_.get() : nullptr;
   bool whole_ranges = compiled && !reducing;

@@ -507,7 +507,7 @@ void run_in_place(const CompiledProgram& code, InputValues inputs, const std::ve
   const int64_t total = out.numel();
   const size_t out_es = dtype_size(out.dtype());
   std::byte* o = out.raw_data();
-  const bool streaming = static_cast<int64_t>(out.nbytes()) >= kStreamingBytes && reinterpret_cast<uintptr_t>(o) % 64 == 0;
+  const bool streaming = streams(static_cast<int64_t>(out.nbytes()), total) && reinterpret_cast<uintptr_t>(o) % 64 == 0;
   auto run_range = [&](int64_t start, int64_t end) {
     SmallVector<const void*, 16> pointers;
     for (size_t i = 0; i < inputs.size(); ++i)
