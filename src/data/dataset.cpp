@@ -2,7 +2,6 @@
 
 #include "kiln/data.hpp"
 #include "kiln/eager.hpp"
-#include "tensor/handles.hpp"
 #include "tensor/tensor_book.hpp"
 
 namespace kiln {
@@ -101,11 +100,7 @@ void TensorDataset::check_index(int64_t index) const {
 NamedTensors TensorDataset::get(int64_t index) {
   check_index(index);
   NamedTensors example;
-  for (const auto& [name, whole] : fields_) {
-    const std::span<const int64_t> shape(whole.shape()), strides(whole.strides());
-    example.set(name, TensorHandles::make(whole.storage(), whole.dtype(), shape.subspan(1), strides.subspan(1),
-                                          whole.offset() + index * strides[0], Loc::current()));
-  }
+  for (const auto& [name, whole] : fields_) example.set(name, whole[index]);
   return example;
 }
 

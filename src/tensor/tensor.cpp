@@ -134,12 +134,18 @@ std::string Tensor::str() const {
 
 namespace {
 // The integer at row-major position flat, exactly (item_as_double rounds beyond 2^53).
-int64_t integer_at(const Tensor& t, int64_t flat) {
+// The element offset, from t's data, of the element at row-major position flat.
+int64_t element_offset(const Tensor& t, int64_t flat) {
   int64_t offset = 0;
   for (size_t d = t.shape().size(); d-- > 0;) {
     offset += (flat % t.shape()[d]) * t.strides()[d];
     flat /= t.shape()[d];
   }
+  return offset;
+}
+
+int64_t integer_at(const Tensor& t, int64_t flat) {
+  const int64_t offset = element_offset(t, flat);
   return t.dtype() == DType::i64 ? reinterpret_cast<const int64_t*>(t.raw_data())[offset]
                                  : reinterpret_cast<const int32_t*>(t.raw_data())[offset];
 }
@@ -190,13 +196,8 @@ Tensor Tensor::operator[](Index index) const {
 }
 
 double Tensor::item_as_double(int64_t flat) const {
-  const Impl& m = impl();
-  int64_t off = 0;
-  for (size_t d = m.shape.size(); d-- > 0;) {
-    off += (flat % m.shape[d]) * m.strides[d];
-    flat /= m.shape[d];
-  }
-  return dispatch_dtype(m.dtype, [&](auto tag) {
+  const int64_t off = element_offset(*this, flat);
+  return dispatch_dtype(dtype(), [&](auto tag) {
     using T = decltype(tag);
     return static_cast<double>(reinterpret_cast<const T*>(raw_data())[off]);
   });
