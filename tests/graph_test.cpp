@@ -49,6 +49,31 @@ TEST(Graph, ReplaceRewiresClients) {
   expect_error<TypeError>([&] { g.replace(replacement, vector("w", f32)); }, {"cannot be replaced"});
 }
 
+TEST(Graph, ChangedSinceListsOnlyTheChangedLiveNodesInputsFirst) {
+  Var x = vector("x", f64);
+  Var a = exp(x);
+  Var b = a * 2.0;
+  Var c = tanh(b);
+  Var d = c + 1.0;
+  FunctionGraph g({x}, {d});
+  const std::vector<Node*> order = g.toposort();
+  ASSERT_EQ(order.size(), 4u);
+  const uint64_t before = g.version();
+  EXPECT_TRUE(g.changed_since(before).empty());
+  // a is replaced by log(sin(x)): the two new nodes and a's reader change; tanh and the add do not.
+  Var s = sin(x);
+  Var replacement = log(s);
+  g.replace(order[0]->output(0), replacement);
+  const std::vector<Node*> changed = g.changed_since(before);
+  ASSERT_EQ(changed.size(), 3u);
+  EXPECT_EQ(changed[0], s.get()->owner);
+  EXPECT_EQ(changed[1], replacement.get()->owner);
+  EXPECT_EQ(changed[2], order[1]);  // the multiplication, which now reads log(sin(x))
+  // The replaced exp is no longer live and is not listed; a later version sees nothing.
+  for (Node* n : changed) EXPECT_NE(n, order[0]);
+  EXPECT_TRUE(g.changed_since(g.version()).empty());
+}
+
 TEST(Graph, DeepGraphsDoNotRecurse) {
   Var x = vector("x", f64);
   Var y = x;

@@ -13,6 +13,7 @@
 #include "graph/op.hpp"
 #include "ops/ifelse.hpp"
 #include "tensor/handles.hpp"
+#include "tensor/small_vector.hpp"
 
 namespace kiln {
 
@@ -82,9 +83,10 @@ namespace {
 // An instruction while the program is emitted, before its lists are packed.
 struct Draft {
   Instruction ins;
-  std::vector<int> inputs, outputs, release_after;
-  std::vector<uint8_t> output_is_view;
-  std::vector<DType> output_dtypes;
+  SmallVector<int, 4> inputs, release_after;
+  SmallVector<int, 2> outputs;
+  SmallVector<uint8_t, 2> output_is_view;
+  SmallVector<DType, 2> output_dtypes;
 };
 
 // Packs the drafts' lists into the program's arrays and points the instructions at them.
@@ -169,7 +171,8 @@ Program emit_program(const std::vector<Var>& inputs, const std::vector<Var>& res
   // Emits a block of nodes in topological order; an ifelse in it brings its branches' exclusive
   // nodes as two blocks: jump over the first unless cond, run it, jump over the second.
   std::function<void(const std::vector<Node*>&, bool)> emit_block = [&](const std::vector<Node*>& block, bool conditional) {
-    std::unordered_set<const Node*> members(block.begin(), block.end());
+    std::unordered_set<const Node*> members;
+    if (!ex.owners.empty()) members.insert(block.begin(), block.end());
     for (Node* n : block) {
       bool deferred = false;
       if (auto it = ex.owners.find(n); it != ex.owners.end())

@@ -34,9 +34,17 @@ std::vector<Node*> topological_order(const std::vector<Var>& outputs, size_t siz
   return order;
 }
 
-std::vector<Node*> topological_order_of_own(const std::vector<Var>& outputs, size_t size_hint) {
+namespace {
+
+uint64_t next_walk_mark() {
   static std::atomic<uint64_t> walks{0};
-  const uint64_t mark = ++walks;
+  return ++walks;
+}
+
+}  // namespace
+
+std::vector<Node*> topological_order_of_own(const std::vector<Var>& outputs, size_t size_hint) {
+  const uint64_t mark = next_walk_mark();
   std::vector<Node*> order;
   order.reserve(size_hint);
   std::vector<std::pair<Node*, size_t>> stack;
@@ -107,6 +115,45 @@ FunctionGraph::FunctionGraph(std::vector<Var> inputs, const std::vector<Var>& ou
 
 std::vector<Node*> FunctionGraph::toposort() const { return topological_order_of_own(outputs_, nodes_.size()); }
 
+std::vector<Node*> FunctionGraph::changed_since(uint64_t version) const {
+  // The live nodes stamped after `version` are marked `candidate`; a depth-first walk that only
+  // enters candidates (re-marking them `placed`) lists them inputs first.
+  const uint64_t candidate = next_walk_mark(), placed = next_walk_mark();
+  std::vector<Node*> roots;
+  for (Node* n : stamped_)
+    if (n->changed_at > version && n->walk_mark != candidate && nodes_.count(n)) {
+      n->walk_mark = candidate;
+      roots.push_back(n);
+    }
+  std::vector<Node*> order;
+  order.reserve(roots.size());
+  std::vector<std::pair<Node*, size_t>> stack;
+  for (Node* root : roots) {
+    if (root->walk_mark != candidate) continue;
+    root->walk_mark = placed;
+    stack.push_back({root, 0});
+    while (!stack.empty()) {
+      auto& [node, next] = stack.back();
+      if (next < node->inputs.size()) {
+        Node* dep = node->inputs[next++].get()->owner;
+        if (dep && dep->walk_mark == candidate) {
+          dep->walk_mark = placed;
+          stack.push_back({dep, 0});
+        }
+      } else {
+        order.push_back(node);
+        stack.pop_back();
+      }
+    }
+  }
+  return order;
+}
+
+void FunctionGraph::stamp(Node* node) {
+  node->changed_at = version_;
+  stamped_.push_back(node);
+}
+
 std::vector<Variable*> FunctionGraph::leaves() const {
   std::vector<Variable*> out;
   std::unordered_set<Variable*> seen;
@@ -127,7 +174,7 @@ void FunctionGraph::import(const Var& root) {
     Node* n = stack.back();
     stack.pop_back();
     if (!nodes_.emplace(n, n->shared_from_this()).second) continue;
-    n->changed_at = version_;
+    stamp(n);
     for (size_t i = 0; i < n->inputs.size(); ++i) {
       clients_[n->inputs[i].get()].push_back({n, static_cast<int>(i)});
       if (Node* p = n->inputs[i].get()->owner; p && !nodes_.count(p)) stack.push_back(p);
@@ -177,7 +224,7 @@ void FunctionGraph::replace(const Var& old_var, const Var& new_var, const std::s
   ++version_;
   import(new_var);
   for (const Var* v : {&old_var, &new_var})
-    if (Node* owner = v->get()->owner) owner->changed_at = version_;
+    if (Node* owner = v->get()->owner) stamp(owner);
   auto it = clients_.find(old_var.get());
   if (it != clients_.end()) {
     std::vector<std::pair<Node*, int>> readers = std::move(it->second);
@@ -186,7 +233,7 @@ void FunctionGraph::replace(const Var& old_var, const Var& new_var, const std::s
     for (auto [node, i] : readers) {
       if (node) {
         node->inputs[i] = new_var;
-        node->changed_at = version_;
+        stamp(node);
       } else {
         outputs_[i] = new_var;
       }
@@ -198,7 +245,10 @@ void FunctionGraph::replace(const Var& old_var, const Var& new_var, const std::s
   if (on_replace) on_replace(old_var, new_var, reason);
 }
 
-void FunctionGraph::prune() { dropped_.clear(); }
+void FunctionGraph::prune() {
+  dropped_.clear();
+  stamped_.clear();
+}
 
 std::vector<Var> rebuild(const std::vector<Var>& roots, std::unordered_map<const Variable*, Var> replace) {
   auto mapped = [&](const Var& v) {

@@ -40,6 +40,10 @@ class FunctionGraph {
   // Counts replacements: a node whose Node::changed_at is above a version read earlier changed
   // since then.
   uint64_t version() const { return version_; }
+  // The live nodes that changed after `version` (added, or reading a replaced variable), inputs
+  // before their readers; it costs the number of changes since the last prune, not the graph's
+  // size. Only for a version read after the last prune.
+  std::vector<Node*> changed_since(uint64_t version) const;
 
   // Called after every replace with (old, new, reason): the debug mode checks values with it.
   std::function<void(const Var&, const Var&, const std::string&)> on_replace;
@@ -48,10 +52,12 @@ class FunctionGraph {
   void import(const Var& v);  // registers the nodes of v's subgraph and their readers
   // Drops node when none of its outputs has a reader left, and then the nodes only it read.
   void drop_if_unread(Node* node);
+  void stamp(Node* node);  // Node::changed_at = version_, remembered for changed_since
   std::vector<Var> inputs_;
   std::vector<Var> outputs_;
   std::unordered_map<const Node*, std::shared_ptr<Node>> nodes_;  // live ones
   std::vector<std::shared_ptr<Node>> dropped_;
+  std::vector<Node*> stamped_;  // since the last prune; repeats and dropped nodes included
   std::unordered_map<const Variable*, std::vector<std::pair<Node*, int>>> clients_;
   uint64_t version_ = 0;
 };

@@ -96,8 +96,7 @@ void apply_group(FunctionGraph& graph, const RewriteGroup& group, CompileReport&
     }
     if (!group.locals.empty()) {
       // The graph keeps every node it has seen alive until prune(), replaced ones included.
-      for (Node* node : graph.toposort()) {
-        if (!first_pass && node->changed_at <= visit_after) continue;
+      for (Node* node : first_pass ? graph.toposort() : graph.changed_since(visit_after)) {
         auto it = by_op.find(std::type_index(typeid(*node->op)));
         const std::vector<size_t>& candidates = it == by_op.end() ? any_op : it->second;
         if (candidates.empty() || !is_live(graph, node)) continue;
