@@ -23,6 +23,7 @@ set(KILN_SOURCES
   src/ops/shape.cpp
   src/ops/subtensor.cpp
   src/ops/join.cpp
+  src/ops/sparse.cpp
   src/ops/nnet.cpp
   src/ops/composite.cpp
   src/ops/composite_jit.cpp

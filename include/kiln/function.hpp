@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kiln/graph.hpp"
+#include "kiln/sparse_var.hpp"
 
 namespace kiln {
 
@@ -16,7 +17,12 @@ struct InOptions { bool borrow = false; };
 // A function input. With borrow, the caller's buffer may be used without a copy and overwritten.
 struct In {
   In(const Var& v, InOptions o = {}) : variable(v), borrow(o.borrow) {}  // NOLINT
+  // A sparse matrix input: four inputs, its parts in order (data, indices, indptr, shape), given a
+  // SparseTensor in a call (f(x_value, ...)) or its sparse_parts() in a list of tensors.
+  In(const SparseVar& x, InOptions o = {})  // NOLINT
+      : variable(x.data()), sparse_parts{x.indices(), x.indptr(), x.shape()}, borrow(o.borrow) {}
   Var variable;
+  std::vector<Var> sparse_parts;  // after `variable`, for a sparse input; an unused one is no error
   bool borrow = false;
 };
 
@@ -120,9 +126,11 @@ class Function {
   // records function.hpp as the line that made them, f({a, b}) and call() the caller's line.
   std::vector<Tensor> operator()(const std::vector<Tensor>& inputs, Loc loc = Loc::current()) const;
   template <class... Ts>
-    requires(std::is_convertible_v<Ts, Tensor> && ...)
+    requires((std::is_convertible_v<Ts, Tensor> || std::is_same_v<Ts, SparseTensor>) && ...)
   std::vector<Tensor> operator()(const Ts&... inputs) const {
-    return (*this)(std::vector<Tensor>{Tensor(inputs)...});
+    std::vector<Tensor> arguments;
+    (append_argument(arguments, inputs), ...);
+    return (*this)(arguments);
   }
   // The same call writing the outputs into `outputs` (resized to their number): with
   // keep_buffers and Out(borrow) outputs, a steady loop of calls allocates nothing.
@@ -140,6 +148,10 @@ class Function {
 
  private:
   void run_call(std::span<const Tensor> inputs, std::vector<Tensor>& outputs) const;
+  static void append_argument(std::vector<Tensor>& arguments, const Tensor& value) { arguments.push_back(value); }
+  static void append_argument(std::vector<Tensor>& arguments, const SparseTensor& value) {
+    for (Tensor& part : sparse_parts(value)) arguments.push_back(std::move(part));
+  }
   friend Function function(std::vector<In>, std::vector<Out>, FunctionOptions);
   std::shared_ptr<FunctionImpl> impl_;
 };

@@ -10,4 +10,5 @@
 #include "kiln/scan.hpp"
 #include "kiln/scope.hpp"
 #include "kiln/sparse.hpp"
+#include "kiln/sparse_var.hpp"
 #include "kiln/tensor.hpp"

@@ -1,5 +1,6 @@
 #pragma once
 #include <string>
+#include <vector>
 
 #include "kiln/tensor.hpp"
 
@@ -49,6 +50,10 @@ class SparseTensor {
   Tensor data_, indices_, indptr_;
   bool sorted_ = false;
 };
+
+// The four tensors a sparse function input takes, in order: data, indices, indptr and the shape
+// as an i64 vector of 2 (for Function::call's list of tensors; f(x, ...) splits x itself).
+std::vector<Tensor> sparse_parts(const SparseTensor& x);
 
 // The stored entries of t are its nonzeros, each row's (column's) in increasing order.
 SparseTensor sparse_from_dense(const Tensor& t, SparseFormat format, Loc loc = Loc::current());

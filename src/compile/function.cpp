@@ -265,7 +265,23 @@ Givens checked_givens(const Givens& givens) {
   return checked;
 }
 
-void check_leaves(const FunctionGraph& graph, const std::vector<In>& inputs, bool allow_unused) {
+// A sparse input's parts become inputs of their own, after its data; the parts may go unused
+// (sum(x) reads only the data).
+std::pair<std::vector<In>, std::unordered_set<const Variable*>> with_sparse_parts(std::vector<In> inputs) {
+  std::vector<In> flat;
+  std::unordered_set<const Variable*> may_be_unused;
+  for (In& in : inputs) {
+    flat.push_back(In(in.variable, {.borrow = in.borrow}));
+    for (const Var& part : in.sparse_parts) {
+      flat.push_back(In(part, {.borrow = in.borrow}));
+      may_be_unused.insert(part.get());
+    }
+  }
+  return {std::move(flat), std::move(may_be_unused)};
+}
+
+void check_leaves(const FunctionGraph& graph, const std::vector<In>& inputs, bool allow_unused,
+                  const std::unordered_set<const Variable*>& may_be_unused) {
   std::unordered_set<const Variable*> leaves;
   for (const Variable* leaf : graph.leaves()) leaves.insert(leaf);
   std::unordered_set<const Variable*> given;
@@ -276,7 +292,7 @@ void check_leaves(const FunctionGraph& graph, const std::vector<In>& inputs, boo
                       ", which is not among the inputs; add it to the input list (or replace it with givens)");
   if (allow_unused) return;
   for (size_t i = 0; i < inputs.size(); ++i)
-    if (!leaves.count(inputs[i].variable.get()))
+    if (!leaves.count(inputs[i].variable.get()) && !may_be_unused.count(inputs[i].variable.get()))
       throw TypeError("function: input " + std::to_string(i) + " '" + inputs[i].variable.get()->label() +
                       "' is not used by any output or update; remove it or set allow_unused_inputs");
 }
@@ -415,8 +431,9 @@ void check_rewrites(const FunctionImpl& f, const std::vector<Tensor>& call_slots
 
 }  // namespace
 
-Function function(std::vector<In> inputs, std::vector<Out> outputs, FunctionOptions options) {
+Function function(std::vector<In> given_inputs, std::vector<Out> outputs, FunctionOptions options) {
   const InternalTensors internal;
+  auto [inputs, sparse_parts] = with_sparse_parts(std::move(given_inputs));
   validate(inputs, outputs, options.updates);
   auto f = std::make_shared<FunctionImpl>();
   f->inputs = std::move(inputs);
@@ -445,7 +462,7 @@ Function function(std::vector<In> inputs, std::vector<Out> outputs, FunctionOpti
     f->graph->on_replace = [impl = f.get()](const Var& old_value, const Var& new_value, const std::string& rewrite) {
       impl->replacements.push_back({rewrite, old_value, new_value, {}, 0});
     };
-  check_leaves(*f->graph, f->inputs, options.allow_unused_inputs);
+  check_leaves(*f->graph, f->inputs, options.allow_unused_inputs, sparse_parts);
   f->report.nodes_before = static_cast<int64_t>(f->graph->toposort().size());
   for (const std::string& group : f->mode.groups()) {
     stage(group, [&] { apply_group(*f->graph, rewrite_group(group), f->report); });

@@ -9,6 +9,7 @@
 #include "ops/reduce.hpp"
 #include "ops/scan.hpp"
 #include "ops/shape.hpp"
+#include "ops/sparse.hpp"
 #include "ops/subtensor.hpp"
 
 namespace kiln {
@@ -23,6 +24,7 @@ CpuBackend::CpuBackend() {
   add_shape_kernels(kernels_);
   add_subtensor_kernels(kernels_);
   add_join_kernels(kernels_);
+  add_sparse_kernels(kernels_);
   add_nnet_kernels(kernels_);
   add_ifelse_kernels(kernels_);
   add_scan_kernels(kernels_);

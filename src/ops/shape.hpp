@@ -55,7 +55,7 @@ class ShapedLike final : public Op {
   std::string name() const override { return "shaped_like"; }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
-  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override { return {output_grads[0], Var()}; }
+  std::vector<Var> L_op(const Node&, const std::vector<Var>& output_grads) const override { return {output_grads[0], Var()}; }
   std::vector<std::pair<int, int>> view_map() const override { return {{0, 0}}; }
   std::vector<int> shape_only_inputs() const override { return {1}; }
   std::optional<int> forwards_input(const std::vector<Shape>&, const std::vector<Shape>&) const override { return 0; }

@@ -193,6 +193,11 @@ SparseTensor SparseTensor::without_zeros() const {
   return compress(format_, kept, data_, majors_of(format_, shape_), shape_);
 }
 
+std::vector<Tensor> sparse_parts(const SparseTensor& x) {
+  if (!x.defined()) throw TypeError("sparse_parts: the sparse matrix is empty (a default-made SparseTensor)");
+  return {x.data(), x.indices(), x.indptr(), Tensor::from(std::vector<int64_t>{x.shape()[0], x.shape()[1]})};
+}
+
 SparseTensor sparse_from_dense(const Tensor& t, SparseFormat format, Loc loc) {
   if (t.ndim() != 2)
     throw ShapeError(std::string("sparse_from_dense: needs a matrix, got ") + t.str() + " (at " + loc_str(loc) + ")");

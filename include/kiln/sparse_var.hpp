@@ -1,0 +1,70 @@
+#pragma once
+#include <functional>
+#include <string>
+
+#include "kiln/graph.hpp"
+#include "kiln/sparse.hpp"
+
+namespace kiln {
+
+// A sparse matrix in a graph (docs/sparse.md): its four parts are ordinary variables, as a
+// SparseTensor's are tensors: data (1-D, float), indices and indptr (1-D i64, SciPy's layout for
+// the format) and shape (i64 vector of 2). Operations on it build ops that read the parts, so a
+// sparse value's buffers are planned, merged and folded like any other; its gradient with respect
+// to data is the structured one (only at the stored entries).
+class SparseVar {
+ public:
+  SparseVar() = default;
+  // From parts (Theano's CSM): types checked here, values (monotonic indptr, indices in range)
+  // by every op that reads them, each call.
+  SparseVar(SparseFormat format, Var data, Var indices, Var indptr, Var shape, Loc loc = Loc::current());
+
+  SparseFormat format() const { return format_; }
+  const Var& data() const { return data_; }
+  const Var& indices() const { return indices_; }
+  const Var& indptr() const { return indptr_; }
+  const Var& shape() const { return shape_; }
+  DType dtype() const { return data_.dtype(); }
+  bool defined() const { return data_.defined(); }
+  std::string str() const;  // "csr f32 matrix X"
+
+ private:
+  SparseFormat format_ = SparseFormat::csr;
+  Var data_, indices_, indptr_, shape_;
+};
+
+// A sparse matrix input: parts named name.data, name.indices, name.indptr, name.shape. As a
+// function input (In(x)) it takes a SparseTensor of its format and dtype.
+SparseVar csr_matrix(const std::string& name = "", DType dtype = DType::f32);
+SparseVar csc_matrix(const std::string& name = "", DType dtype = DType::f32);
+SparseVar sparse_constant(const SparseTensor& value, const std::string& name = "");
+
+// The dense matrix (repeated entries summed).
+Var dense(const SparseVar& x, Loc loc = Loc::current());
+// The transpose: CSR becomes CSC of the same parts, and back; nothing moves.
+SparseVar transpose(const SparseVar& x, Loc loc = Loc::current());
+// fn applied to the stored entries only (Theano's structured functions: structured(x, sigmoid));
+// fn must be elementwise. The pattern is kept: fn(0) is not added where nothing is stored.
+SparseVar structured(const SparseVar& x, const std::function<Var(const Var&)>& fn, Loc loc = Loc::current());
+// The same with one of kiln's unary functions by name: structured(x, exp).
+SparseVar structured(const SparseVar& x, Var (*fn)(const Var&, Loc), Loc loc = Loc::current());
+SparseVar operator-(const SparseVar& x);
+SparseVar operator*(const SparseVar& x, const Var& scalar);  // scalar: a 0-d value
+SparseVar operator*(const Var& scalar, const SparseVar& x);
+
+// Products with a dense matrix. CSR runs row-parallel; CSC (and dense x CSR) through the transposed
+// form. The gradient with respect to x.data() is structured (SciPy/Theano structured_dot): the
+// product's gradient sampled at x's stored entries.
+Var dot(const SparseVar& x, const Var& dense_matrix, Loc loc = Loc::current());
+Var dot(const Var& dense_matrix, const SparseVar& x, Loc loc = Loc::current());
+// p * (a . b^T) computed only at p's stored entries (a: m x k, b: n x k, p: m x n).
+SparseVar sampling_dot(const Var& a, const Var& b, const SparseVar& p, Loc loc = Loc::current());
+
+// Sums: of every entry, or over axis 0 (a vector of the column sums) or 1 (the row sums).
+Var sum(const SparseVar& x, Loc loc = Loc::current());
+Var sum(const SparseVar& x, int64_t axis, Loc loc = Loc::current());
+
+// The gradient of cost with respect to x's stored entries, with x's pattern (structured).
+SparseVar structured_grad(const Var& cost, const SparseVar& x, Loc loc = Loc::current());
+
+}  // namespace kiln

@@ -1,0 +1,563 @@
+#include "ops/sparse.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kiln/grad.hpp"
+#include "kiln/ops.hpp"
+#include "kiln/sparse_var.hpp"
+#include "ops/elemwise.hpp"
+#include "ops/reduce.hpp"
+#include "tensor/dispatch.hpp"
+#include "tensor/isa.hpp"
+#include "tensor/parallel.hpp"
+
+namespace kiln {
+
+SparseFormat transposed(SparseFormat format) { return format == SparseFormat::csr ? SparseFormat::csc : SparseFormat::csr; }
+
+namespace {
+
+std::string with_format(const char* name, SparseFormat format) { return std::string(name) + "{" + sparse_format_name(format) + "}"; }
+
+void expect_vector(const std::string& op, const char* part, const Type& t, bool want_float) {
+  const bool dtype_ok = want_float ? is_float(t.dtype) : t.dtype == DType::i64;
+  if (t.ndim() != 1 || !dtype_ok)
+    throw TypeError(op + ": " + part + " must be a 1-D " + (want_float ? "float (f32 or f64)" : "i64") + " vector, got " +
+                    t.str());
+}
+
+void expect_matrix(const std::string& op, const char* part, const Type& t, DType dtype) {
+  if (t.ndim() != 2 || t.dtype != dtype)
+    throw TypeError(op + ": " + part + " must be a " + dtype_name(dtype) + " matrix, got " + t.str() +
+                    (t.ndim() == 2 ? "; cast it to the sparse matrix's dtype" : ""));
+}
+
+// The checked view of a pattern: n_major segments (rows for CSR), entry k of segment m stores
+// minor index indices[k] (its column for CSR).
+struct Pattern {
+  const int64_t* indices;
+  const int64_t* indptr;
+  int64_t n_major, n_minor, nnz;
+  int64_t row(int64_t major, int64_t minor, SparseFormat f) const { return f == SparseFormat::csr ? major : minor; }
+};
+
+Pattern checked_pattern(const std::string& op, const Tensor& indices, const Tensor& indptr, int64_t n_minor) {
+  if (!indices.is_contiguous() || !indptr.is_contiguous())
+    throw ShapeError(op + ": indices and indptr must be contiguous vectors; pass contiguous copies");
+  Pattern p{indices.data<int64_t>(), indptr.data<int64_t>(), indptr.numel() - 1, n_minor, indices.numel()};
+  if (p.n_major < 0) throw ShapeError(op + ": indptr is empty; it needs one entry per row (column) and one more");
+  if (p.indptr[0] != 0) throw ShapeError(op + ": indptr[0] must be 0, got " + std::to_string(p.indptr[0]));
+  for (int64_t m = 0; m < p.n_major; ++m)
+    if (p.indptr[m + 1] < p.indptr[m])
+      throw ShapeError(op + ": indptr must not decrease, but indptr[" + std::to_string(m + 1) + "] = " +
+                       std::to_string(p.indptr[m + 1]) + " < indptr[" + std::to_string(m) + "] = " + std::to_string(p.indptr[m]));
+  if (p.indptr[p.n_major] != p.nnz)
+    throw ShapeError(op + ": indptr ends at " + std::to_string(p.indptr[p.n_major]) + " but there are " +
+                     std::to_string(p.nnz) + " indices");
+  for (int64_t k = 0; k < p.nnz; ++k)
+    if (p.indices[k] < 0 || p.indices[k] >= n_minor)
+      throw ShapeError(op + ": indices[" + std::to_string(k) + "] = " + std::to_string(p.indices[k]) + " is out of range [0, " +
+                       std::to_string(n_minor) + ")");
+  return p;
+}
+
+// rows, cols from a shape vector, checked against the parts.
+std::pair<int64_t, int64_t> shape_value(const std::string& op, const Tensor& shape) {
+  if (shape.numel() != 2) throw ShapeError(op + ": the shape vector must have 2 entries, got " + shape_str(shape.shape()));
+  const int64_t* s = shape.data<int64_t>();
+  const int64_t rows = s[0], cols = s[shape.strides()[0]];
+  if (rows < 0 || cols < 0) throw ShapeError(op + ": a sparse matrix's shape must not be negative, got (" + std::to_string(rows) + ", " + std::to_string(cols) + ")");
+  return {rows, cols};
+}
+
+int threads_for(int64_t work, int64_t items) {
+  if (work < (1 << 15) || omp_in_parallel()) return 1;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads(), items)));
+}
+
+// Splits segments [0, n) among threads so that each gets about the same number of entries.
+int64_t segment_split(const Pattern& p, int t, int nt) {
+  if (t == 0) return 0;
+  if (t == nt) return p.n_major;
+  const int64_t target = p.nnz * t / nt;
+  return std::lower_bound(p.indptr, p.indptr + p.n_major + 1, target) - p.indptr;
+}
+
+Var reversed_shape(const Var& shape, const Loc& loc) { return stack({shape[1], shape[0]}, 0, loc); }
+
+std::vector<Var> parts(const SparseVar& x) { return {x.data(), x.indices(), x.indptr(), x.shape()}; }
+
+}  // namespace
+
+// ---- SparseDot
+
+std::string SparseDot::name() const { return with_format("sparse_dot", format_); }
+
+std::vector<Type> SparseDot::infer_types(const std::vector<Type>& in) const {
+  if (in.size() != 5) throw TypeError(name() + ": takes data, indices, indptr, shape and a dense matrix");
+  expect_vector(name(), "data", in[0], true);
+  expect_vector(name(), "indices", in[1], false);
+  expect_vector(name(), "indptr", in[2], false);
+  expect_vector(name(), "shape", in[3], false);
+  expect_matrix(name(), "the dense operand", in[4], in[0].dtype);
+  return {Type{in[0].dtype, {false, in[4].broadcastable[1]}}};
+}
+
+std::vector<int> SparseDot::needs_input_values() const {
+  return format_ == SparseFormat::csc ? std::vector<int>{3} : std::vector<int>{};
+}
+
+std::vector<Shape> SparseDot::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>& values) const {
+  if (in[0] != in[1])
+    throw ShapeError(name() + ": data " + shape_str(in[0]) + " and indices " + shape_str(in[1]) + " must have one entry per stored value");
+  if (format_ == SparseFormat::csr) return {{in[2][0] - 1, in[4][1]}};
+  if (!values[3]) throw ShapeError(name() + ": the number of rows of a CSC matrix is known only from its shape's value");
+  return {{shape_value(name(), *values[3]).first, in[4][1]}};
+}
+
+std::vector<Var> SparseDot::L_op(const Node& node, const std::vector<Var>& g) const {
+  const Var &data = node.inputs[0], &indices = node.inputs[1], &indptr = node.inputs[2], &shape = node.inputs[3],
+            &d = node.inputs[4];
+  const Var g_data = apply1(std::make_shared<SamplingDot>(format_), {g[0], d, indices, indptr}, node.loc);
+  const Var g_dense = apply1(std::make_shared<SparseDot>(transposed(format_)),
+                             {data, indices, indptr, reversed_shape(shape, node.loc), g[0]}, node.loc);
+  return {g_data, Var(), Var(), Var(), g_dense};
+}
+
+// ---- SamplingDot
+
+std::string SamplingDot::name() const { return with_format("sampling_dot", format_); }
+
+std::vector<Type> SamplingDot::infer_types(const std::vector<Type>& in) const {
+  if (in.size() != 4) throw TypeError(name() + ": takes a, b, indices and indptr");
+  if (in[0].ndim() != 2 || !is_float(in[0].dtype)) throw TypeError(name() + ": a must be a float matrix, got " + in[0].str());
+  expect_matrix(name(), "b", in[1], in[0].dtype);
+  expect_vector(name(), "indices", in[2], false);
+  expect_vector(name(), "indptr", in[3], false);
+  return {Type{in[0].dtype, {false}}};
+}
+
+std::vector<Shape> SamplingDot::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
+  if (in[0][1] != in[1][1])
+    throw ShapeError(name() + ": a " + shape_str(in[0]) + " and b " + shape_str(in[1]) + " must have the same number of columns");
+  return {{in[2][0]}};
+}
+
+std::vector<Var> SamplingDot::L_op(const Node& node, const std::vector<Var>& g) const {
+  const Var &a = node.inputs[0], &b = node.inputs[1], &indices = node.inputs[2], &indptr = node.inputs[3];
+  const Var shape = stack({shape_of(a, node.loc)[0], shape_of(b, node.loc)[0]}, 0, node.loc);
+  const Var g_a = apply1(std::make_shared<SparseDot>(format_), {g[0], indices, indptr, shape, b}, node.loc);
+  const Var g_b = apply1(std::make_shared<SparseDot>(transposed(format_)),
+                         {g[0], indices, indptr, reversed_shape(shape, node.loc), a}, node.loc);
+  return {g_a, g_b, Var(), Var()};
+}
+
+// ---- SparseGather
+
+std::string SparseGather::name() const { return with_format("sparse_gather", format_); }
+
+std::vector<Type> SparseGather::infer_types(const std::vector<Type>& in) const {
+  if (in.size() != 4) throw TypeError(name() + ": takes g, indices, indptr and shape");
+  if (in[0].ndim() != 2 || !is_float(in[0].dtype)) throw TypeError(name() + ": g must be a float matrix, got " + in[0].str());
+  expect_vector(name(), "indices", in[1], false);
+  expect_vector(name(), "indptr", in[2], false);
+  expect_vector(name(), "shape", in[3], false);
+  return {Type{in[0].dtype, {false}}};
+}
+
+std::vector<Shape> SparseGather::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
+  return {{in[1][0]}};
+}
+
+std::vector<Var> SparseGather::L_op(const Node& node, const std::vector<Var>& g) const {
+  const Var scattered = apply1(std::make_shared<SparseReduce>(format_, -1),
+                               {g[0], node.inputs[1], node.inputs[2], node.inputs[3]}, node.loc);
+  return {sum_to_shape_of(scattered, node.inputs[0], node.loc), Var(), Var(), Var()};
+}
+
+// ---- SparseReduce
+
+std::string SparseReduce::name() const {
+  return axis_ < 0 ? with_format("sparse_to_dense", format_)
+                   : with_format(axis_ == 0 ? "sparse_sum_columns" : "sparse_sum_rows", format_);
+}
+
+std::vector<Type> SparseReduce::infer_types(const std::vector<Type>& in) const {
+  if (in.size() != 4) throw TypeError(name() + ": takes data, indices, indptr and shape");
+  expect_vector(name(), "data", in[0], true);
+  expect_vector(name(), "indices", in[1], false);
+  expect_vector(name(), "indptr", in[2], false);
+  expect_vector(name(), "shape", in[3], false);
+  if (axis_ < 0) return {Type{in[0].dtype, {false, false}}};
+  return {Type{in[0].dtype, {false}}};
+}
+
+std::vector<Shape> SparseReduce::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>& values) const {
+  if (in[0] != in[1])
+    throw ShapeError(name() + ": data " + shape_str(in[0]) + " and indices " + shape_str(in[1]) + " must have one entry per stored value");
+  if (!values[3]) throw ShapeError(name() + ": the result's shape is known only from the sparse matrix's shape value");
+  const auto [rows, cols] = shape_value(name(), *values[3]);
+  if (axis_ < 0) return {{rows, cols}};
+  return {{axis_ == 0 ? cols : rows}};
+}
+
+std::vector<Var> SparseReduce::L_op(const Node& node, const std::vector<Var>& g) const {
+  Var spread = g[0];
+  if (axis_ == 0) spread = dimshuffle(g[0], {-1, 0}, node.loc);
+  if (axis_ == 1) spread = dimshuffle(g[0], {0, -1}, node.loc);
+  const Var g_data = apply1(std::make_shared<SparseGather>(format_), {spread, node.inputs[1], node.inputs[2], node.inputs[3]},
+                            node.loc);
+  return {g_data, Var(), Var(), Var()};
+}
+
+// ---- kernels
+
+namespace {
+
+// The dimensions of a sparse matrix whose parts a kernel reads: (rows, cols) from the shape
+// value, checked against the number of segments.
+std::pair<int64_t, int64_t> checked_dims(const std::string& op, SparseFormat format, const Tensor& indptr, const Tensor& shape) {
+  const auto [rows, cols] = shape_value(op, shape);
+  const int64_t n_major = format == SparseFormat::csr ? rows : cols;
+  if (indptr.numel() != n_major + 1)
+    throw ShapeError(op + ": a " + sparse_format_name(format) + " matrix of shape (" + std::to_string(rows) + ", " +
+                     std::to_string(cols) + ") needs " + std::to_string(n_major + 1) + " indptr entries, got " +
+                     std::to_string(indptr.numel()));
+  return {rows, cols};
+}
+
+// The product's loops, compiled per instruction set (for_this_cpu); every operand by value.
+template <class T> struct SparseDotLoops {
+  Pattern p;
+  const T* v;
+  const T* d;
+  T* o;
+  int64_t vs, drs, dcs, ors, ocs, n, rows;
+
+  // CSR: row r of the product gathers the dense rows its entries name; rows are independent.
+  void rows_range(int64_t r0, int64_t r1) const {
+    for (int64_t r = r0; r < r1; ++r) {
+      T* orow = o + r * ors;
+      for (int64_t j = 0; j < n; ++j) orow[j * ocs] = T(0);
+      for (int64_t k = p.indptr[r]; k < p.indptr[r + 1]; ++k) {
+        const T x = v[k * vs];
+        const T* drow = d + p.indices[k] * drs;
+        if (ocs == 1 && dcs == 1)
+          for (int64_t j = 0; j < n; ++j) orow[j] += x * drow[j];
+        else
+          for (int64_t j = 0; j < n; ++j) orow[j * ocs] += x * drow[j * dcs];
+      }
+    }
+  }
+  // CSC: column c of the sparse matrix scatters d's row c into the rows its entries name, for
+  // columns [c0, c1) of the sparse matrix and [j0, j1) of the product, into `into` (the product,
+  // or a thread's partial product laid out like it).
+  void scatter(int64_t c0, int64_t c1, int64_t j0, int64_t j1, T* into) const {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = j0; j < j1; ++j) into[r * ors + j * ocs] = T(0);
+    for (int64_t c = c0; c < c1; ++c) {
+      const T* drow = d + c * drs;
+      for (int64_t k = p.indptr[c]; k < p.indptr[c + 1]; ++k) {
+        const T x = v[k * vs];
+        T* orow = into + p.indices[k] * ors;
+        if (ocs == 1 && dcs == 1)
+          for (int64_t j = j0; j < j1; ++j) orow[j] += x * drow[j];
+        else
+          for (int64_t j = j0; j < j1; ++j) orow[j * ocs] += x * drow[j * dcs];
+      }
+    }
+  }
+  // Adds the partial products in rows [r0, r1) to the product.
+  void add_partials(const T* partials, int n_partials, int64_t r0, int64_t r1) const {
+    for (int q = 0; q < n_partials; ++q) {
+      const T* part = partials + q * rows * n;
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t j = 0; j < n; ++j) o[r * ors + j * ocs] += part[r * ors + j * ocs];
+    }
+  }
+};
+
+// A CSC product with fewer columns than there are threads to split them among (x^T . g with g
+// one column, the gradient of x . w) gives each thread a share of the sparse columns and a partial
+// product of its own, in scratch, added up at the end.
+bool csc_uses_partials(int64_t n) { return num_threads() > 1 && n < 8 * num_threads(); }
+
+class SparseDotKernel final : public KernelOf<SparseDot> {
+ public:
+  using KernelOf::KernelOf;
+  void run(InputValues in, OutputValues out, std::span<std::byte> scratch) const override {
+    const std::string op_name = op().name();
+    const SparseFormat format = op().format();
+    const Tensor &data = in[0], &d = in[4];
+    const auto [rows, cols] = checked_dims(op_name, format, in[2], in[3]);
+    if (d.shape()[0] != cols)
+      throw ShapeError(op_name + ": the sparse matrix is (" + std::to_string(rows) + ", " + std::to_string(cols) +
+                       ") but the dense operand is " + shape_str(d.shape()) + "; its rows must equal the sparse columns");
+    const Pattern p = checked_pattern(op_name, in[1], in[2], format == SparseFormat::csr ? cols : rows);
+    Tensor& o = out[0];
+    dispatch_float(data.dtype(), "sparse_dot", [&](auto zero) {
+      using T = decltype(zero);
+      const SparseDotLoops<T> loops{p,        data.data<T>(),   d.data<T>(),      o.data<T>(),   data.strides()[0],
+                                    d.strides()[0], d.strides()[1], o.strides()[0], o.strides()[1], d.shape()[1], rows};
+      const int64_t n = loops.n;
+      if (format == SparseFormat::csr) {
+        const int threads = threads_for(p.nnz * n, rows);
+        if (threads <= 1) return for_this_cpu([loops, rows] { loops.rows_range(0, rows); });
+        parallel_region(threads, [&](int t, int nt) {
+          const int64_t r0 = segment_split(p, t, nt), r1 = segment_split(p, t + 1, nt);
+          for_this_cpu([loops, r0, r1] { loops.rows_range(r0, r1); });
+        });
+        return;
+      }
+      const int64_t product_elements = rows * n;
+      const int partials = product_elements > 0 && csc_uses_partials(n)
+                               ? static_cast<int>(std::min<int64_t>(num_threads() - 1, static_cast<int64_t>(scratch.size() / sizeof(T)) / product_elements))
+                               : 0;
+      const int threads = threads_for(p.nnz * n, partials > 0 ? p.n_major : n);
+      if (threads <= 1) return for_this_cpu([loops, n, major = p.n_major] { loops.scatter(0, major, 0, n, loops.o); });
+      if (partials > 0 && o.is_contiguous()) {
+        const int nt = std::min(threads, partials + 1);
+        T* partial_base = reinterpret_cast<T*>(scratch.data());
+        parallel_region(nt, [&](int t, int team) {
+          const int64_t c0 = segment_split(p, t, team), c1 = segment_split(p, t + 1, team);
+          T* into = t == 0 ? loops.o : partial_base + (t - 1) * product_elements;
+          for_this_cpu([loops, c0, c1, n, into] { loops.scatter(c0, c1, 0, n, into); });
+#pragma omp barrier
+          const int64_t r0 = rows * t / team, r1 = rows * (t + 1) / team;
+          for_this_cpu([loops, partial_base, team, r0, r1] { loops.add_partials(partial_base, team - 1, r0, r1); });
+        });
+        return;
+      }
+      parallel_region(threads, [&](int t, int nt) {
+        const int64_t j0 = n * t / nt, j1 = n * (t + 1) / nt;
+        for_this_cpu([loops, j0, j1, major = p.n_major] { loops.scatter(0, major, j0, j1, loops.o); });
+      });
+    });
+  }
+
+  int64_t scratch_bytes(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override {
+    if (op().format() != SparseFormat::csc || !csc_uses_partials(inputs[4][1])) return 0;
+    return (num_threads() - 1) * shape_numel(outputs[0]) * static_cast<int64_t>(dtype_size(output_dtype(0)));
+  }
+};
+
+class SamplingDotKernel final : public KernelOf<SamplingDot> {
+ public:
+  using KernelOf::KernelOf;
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
+    const std::string op_name = op().name();
+    const SparseFormat format = op().format();
+    const Tensor &a = in[0], &b = in[1];
+    const Tensor& major_side = format == SparseFormat::csr ? a : b;
+    const Tensor& minor_side = format == SparseFormat::csr ? b : a;
+    if (in[3].numel() != major_side.shape()[0] + 1)
+      throw ShapeError(op_name + ": the pattern has " + std::to_string(in[3].numel() - 1) + (format == SparseFormat::csr ? " rows" : " columns") +
+                       " but a is " + shape_str(a.shape()) + " and b is " + shape_str(b.shape()));
+    const Pattern p = checked_pattern(op_name, in[2], in[3], minor_side.shape()[0]);
+    const int64_t kdim = a.shape()[1], ars = a.strides()[0], acs = a.strides()[1], brs = b.strides()[0], bcs = b.strides()[1];
+    dispatch_float(a.dtype(), "sampling_dot", [&](auto zero) {
+      using T = decltype(zero);
+      const T* ap = a.data<T>();
+      const T* bp = b.data<T>();
+      T* o = out[0].data<T>();
+      const int64_t os = out[0].strides()[0];
+      auto run_segments = [&](int64_t m0, int64_t m1) {
+        for (int64_t m = m0; m < m1; ++m)
+          for (int64_t k = p.indptr[m]; k < p.indptr[m + 1]; ++k) {
+            const int64_t r = p.row(m, p.indices[k], format), c = format == SparseFormat::csr ? p.indices[k] : m;
+            const T* arow = ap + r * ars;
+            const T* brow = bp + c * brs;
+            T total = 0;
+            for (int64_t j = 0; j < kdim; ++j) total += arow[j * acs] * brow[j * bcs];
+            o[k * os] = total;
+          }
+      };
+      const int threads = threads_for(p.nnz * kdim, p.n_major);
+      if (threads <= 1) return run_segments(0, p.n_major);
+      parallel_region(threads, [&](int t, int nt) { run_segments(segment_split(p, t, nt), segment_split(p, t + 1, nt)); });
+    });
+  }
+};
+
+class SparseGatherKernel final : public KernelOf<SparseGather> {
+ public:
+  using KernelOf::KernelOf;
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
+    const std::string op_name = op().name();
+    const SparseFormat format = op().format();
+    const Tensor& g = in[0];
+    const auto [rows, cols] = checked_dims(op_name, format, in[2], in[3]);
+    const bool rows_ok = g.shape()[0] == rows || g.shape()[0] == 1, cols_ok = g.shape()[1] == cols || g.shape()[1] == 1;
+    if (!rows_ok || !cols_ok)
+      throw ShapeError(op_name + ": g " + shape_str(g.shape()) + " does not broadcast to the sparse matrix's shape (" +
+                       std::to_string(rows) + ", " + std::to_string(cols) + ")");
+    const Pattern p = checked_pattern(op_name, in[1], in[2], format == SparseFormat::csr ? cols : rows);
+    const int64_t grs = g.shape()[0] == 1 ? 0 : g.strides()[0], gcs = g.shape()[1] == 1 ? 0 : g.strides()[1];
+    dispatch_float(g.dtype(), "sparse_gather", [&](auto zero) {
+      using T = decltype(zero);
+      const T* gp = g.data<T>();
+      T* o = out[0].data<T>();
+      const int64_t os = out[0].strides()[0];
+      for (int64_t m = 0; m < p.n_major; ++m)
+        for (int64_t k = p.indptr[m]; k < p.indptr[m + 1]; ++k) {
+          const int64_t r = p.row(m, p.indices[k], format), c = format == SparseFormat::csr ? p.indices[k] : m;
+          o[k * os] = gp[r * grs + c * gcs];
+        }
+    });
+  }
+};
+
+class SparseReduceKernel final : public KernelOf<SparseReduce> {
+ public:
+  using KernelOf::KernelOf;
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
+    const std::string op_name = op().name();
+    const SparseFormat format = op().format();
+    const auto [rows, cols] = checked_dims(op_name, format, in[2], in[3]);
+    const Pattern p = checked_pattern(op_name, in[1], in[2], format == SparseFormat::csr ? cols : rows);
+    const int64_t axis = op().axis();
+    Tensor& o = out[0];
+    dispatch_float(in[0].dtype(), "sparse_reduce", [&](auto zero) {
+      using T = decltype(zero);
+      const T* v = in[0].data<T>();
+      const int64_t vs = in[0].strides()[0];
+      T* op_ = o.data<T>();
+      const int64_t ors = o.strides()[0], ocs = axis < 0 ? o.strides()[1] : 0;
+      const int64_t n_out = axis < 0 ? rows * cols : o.shape()[0];
+      if (axis < 0) {
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < cols; ++c) op_[r * ors + c * ocs] = T(0);
+      } else {
+        for (int64_t i = 0; i < n_out; ++i) op_[i * ors] = T(0);
+      }
+      for (int64_t m = 0; m < p.n_major; ++m)
+        for (int64_t k = p.indptr[m]; k < p.indptr[m + 1]; ++k) {
+          const int64_t r = p.row(m, p.indices[k], format), c = format == SparseFormat::csr ? p.indices[k] : m;
+          if (axis < 0) op_[r * ors + c * ocs] += v[k * vs];
+          else op_[(axis == 0 ? c : r) * ors] += v[k * vs];
+        }
+    });
+  }
+};
+
+}  // namespace
+
+void add_sparse_kernels(KernelTable& table) {
+  table.add<SparseDot, SparseDotKernel>();
+  table.add<SamplingDot, SamplingDotKernel>();
+  table.add<SparseGather, SparseGatherKernel>();
+  table.add<SparseReduce, SparseReduceKernel>();
+}
+
+// ---- the public operations
+
+SparseVar::SparseVar(SparseFormat format, Var data, Var indices, Var indptr, Var shape, Loc loc)
+    : format_(format), data_(std::move(data)), indices_(std::move(indices)), indptr_(std::move(indptr)), shape_(std::move(shape)) {
+  const std::string op = std::string(sparse_format_name(format)) + " matrix from parts (at " + loc_str(loc) + ")";
+  if (!data_.defined() || !indices_.defined() || !indptr_.defined() || !shape_.defined())
+    throw TypeError(op + ": every part (data, indices, indptr, shape) must be defined");
+  expect_vector(op, "data", data_.type(), true);
+  expect_vector(op, "indices", indices_.type(), false);
+  expect_vector(op, "indptr", indptr_.type(), false);
+  expect_vector(op, "shape", shape_.type(), false);
+}
+
+std::string SparseVar::str() const {
+  std::string name = data_.name();
+  if (const size_t dot = name.rfind(".data"); dot != std::string::npos && dot + 5 == name.size()) name.resize(dot);
+  return std::string(sparse_format_name(format_)) + " " + dtype_name(dtype()) + " matrix" + (name.empty() ? "" : " " + name);
+}
+
+namespace {
+
+SparseVar sparse_input(SparseFormat format, const std::string& name, DType dtype) {
+  if (!is_float(dtype))
+    throw TypeError(std::string(sparse_format_name(format)) + "_matrix: a sparse matrix holds f32 or f64 values, not " + dtype_name(dtype));
+  const std::string base = name.empty() ? std::string() : name + ".";
+  return SparseVar(format, vector(base + "data", dtype), vector(base + "indices", DType::i64), vector(base + "indptr", DType::i64),
+                   vector(base + "shape", DType::i64));
+}
+
+}  // namespace
+
+SparseVar csr_matrix(const std::string& name, DType dtype) { return sparse_input(SparseFormat::csr, name, dtype); }
+SparseVar csc_matrix(const std::string& name, DType dtype) { return sparse_input(SparseFormat::csc, name, dtype); }
+
+SparseVar sparse_constant(const SparseTensor& value, const std::string& name) {
+  if (!value.defined()) throw TypeError("sparse_constant: the value is empty (a default-made SparseTensor)");
+  const std::string base = name.empty() ? std::string() : name + ".";
+  const Tensor shape = Tensor::from(std::vector<int64_t>{value.shape()[0], value.shape()[1]});
+  return SparseVar(value.format(), constant(value.data(), base + "data"), constant(value.indices(), base + "indices"),
+                   constant(value.indptr(), base + "indptr"), constant(shape, base + "shape"));
+}
+
+Var dense(const SparseVar& x, Loc loc) { return apply1(std::make_shared<SparseReduce>(x.format(), -1), parts(x), loc); }
+
+SparseVar transpose(const SparseVar& x, Loc loc) {
+  return SparseVar(transposed(x.format()), x.data(), x.indices(), x.indptr(), reversed_shape(x.shape(), loc), loc);
+}
+
+SparseVar structured(const SparseVar& x, const std::function<Var(const Var&)>& fn, Loc loc) {
+  const Var values = fn(x.data());
+  if (!values.defined() || values.ndim() != 1 || !is_float(values.dtype()))
+    throw TypeError("structured: fn must map the stored values (" + x.data().type().str() +
+                    ") elementwise to float values, got " + (values.defined() ? values.type().str() : "nothing") + " (at " +
+                    loc_str(loc) + ")");
+  return SparseVar(x.format(), values, x.indices(), x.indptr(), x.shape(), loc);
+}
+
+SparseVar structured(const SparseVar& x, Var (*fn)(const Var&, Loc), Loc loc) {
+  return structured(x, [&](const Var& v) { return fn(v, loc); }, loc);
+}
+
+SparseVar operator-(const SparseVar& x) {
+  return structured(x, [](const Var& v) { return -v; });
+}
+
+SparseVar operator*(const SparseVar& x, const Var& scalar) {
+  if (scalar.ndim() != 0) throw TypeError("sparse * value: the value must be 0-d (a scalar), got " + scalar.type().str());
+  return structured(x, [&](const Var& v) { return v * scalar; });
+}
+
+SparseVar operator*(const Var& scalar, const SparseVar& x) { return x * scalar; }
+
+Var dot(const SparseVar& x, const Var& dense_matrix, Loc loc) {
+  if (dense_matrix.ndim() != 2 || !(is_float(dense_matrix.dtype()) || dense_matrix.dtype() == DType::i32 || dense_matrix.dtype() == DType::i64))
+    throw TypeError("dot(" + x.str() + ", " + dense_matrix.type().str() + "): the dense operand must be a numeric matrix; "
+                    "for a vector v use reshape(v, {-1, 1}) (at " + loc_str(loc) + ")");
+  const DType dtype = result_dtype({x.data(), dense_matrix});
+  const DType float_dtype = is_float(dtype) ? dtype : DType::f64;
+  return apply1(std::make_shared<SparseDot>(x.format()),
+                {cast(x.data(), float_dtype, loc), x.indices(), x.indptr(), x.shape(), cast(dense_matrix, float_dtype, loc)}, loc);
+}
+
+Var dot(const Var& dense_matrix, const SparseVar& x, Loc loc) {
+  return transpose(dot(transpose(x, loc), transpose(dense_matrix, loc), loc), loc);
+}
+
+SparseVar sampling_dot(const Var& a, const Var& b, const SparseVar& p, Loc loc) {
+  const DType dtype = result_dtype({a, b, p.data()});
+  if (!is_float(dtype) || a.ndim() != 2 || b.ndim() != 2)
+    throw TypeError("sampling_dot: a and b must be float matrices, got " + a.type().str() + " and " + b.type().str() + " (at " +
+                    loc_str(loc) + ")");
+  const Var sampled = apply1(std::make_shared<SamplingDot>(p.format()), {cast(a, dtype, loc), cast(b, dtype, loc), p.indices(), p.indptr()}, loc);
+  return SparseVar(p.format(), cast(p.data(), dtype, loc) * sampled, p.indices(), p.indptr(), p.shape(), loc);
+}
+
+Var sum(const SparseVar& x, Loc loc) { return sum(x.data(), {}, false, loc); }
+
+Var sum(const SparseVar& x, int64_t axis, Loc loc) {
+  const int64_t a = axis < 0 ? axis + 2 : axis;
+  if (a != 0 && a != 1)
+    throw TypeError("sum(" + x.str() + ", axis=" + std::to_string(axis) + "): a sparse matrix has axes 0 and 1 (at " + loc_str(loc) + ")");
+  return apply1(std::make_shared<SparseReduce>(x.format(), a), parts(x), loc);
+}
+
+SparseVar structured_grad(const Var& cost, const SparseVar& x, Loc loc) {
+  return SparseVar(x.format(), grad(cost, x.data()), x.indices(), x.indptr(), x.shape(), loc);
+}
+
+}  // namespace kiln

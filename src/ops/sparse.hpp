@@ -1,0 +1,90 @@
+#pragma once
+#include "graph/executable.hpp"
+#include "graph/op.hpp"
+#include "kiln/sparse.hpp"
+
+namespace kiln {
+
+// The sparse ops read a matrix as its parts (include/kiln/sparse_var.hpp): data, indices and
+// indptr in the layout of `format`, and, where they need it, its shape as an i64 vector. Every
+// op checks the pattern it reads (indptr from 0 to nnz, never decreasing; indices in range)
+// before it writes, and names itself and the part that is wrong.
+
+// x . d for sparse x (rows x cols) and dense d (cols x n): inputs data, indices, indptr, shape, d.
+class SparseDot final : public Op {
+ public:
+  explicit SparseDot(SparseFormat format) : format_(format) {}
+  SparseFormat format() const { return format_; }
+  void params(OpParams& out) const override { out << format_; }
+  std::string name() const override;
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
+  // A CSC product has as many rows as the shape says, which its parts do not tell.
+  std::vector<int> needs_input_values() const override;
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+  bool checks_values_before_writing() const override { return true; }
+
+ private:
+  SparseFormat format_;
+};
+
+// The stored entries' values of a . b^T (a: rows x k, b: cols x k) at a pattern: inputs a, b,
+// indices, indptr. The structured gradient of a sparse product.
+class SamplingDot final : public Op {
+ public:
+  explicit SamplingDot(SparseFormat format) : format_(format) {}
+  SparseFormat format() const { return format_; }
+  void params(OpParams& out) const override { out << format_; }
+  std::string name() const override;
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+  bool checks_values_before_writing() const override { return true; }
+
+ private:
+  SparseFormat format_;
+};
+
+// g's values at a pattern's stored entries, g broadcast (NumPy) to the matrix's shape: inputs g,
+// indices, indptr, shape. The structured gradient of dense() and of the sums.
+class SparseGather final : public Op {
+ public:
+  explicit SparseGather(SparseFormat format) : format_(format) {}
+  SparseFormat format() const { return format_; }
+  void params(OpParams& out) const override { out << format_; }
+  std::string name() const override;
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+  bool checks_values_before_writing() const override { return true; }
+
+ private:
+  SparseFormat format_;
+};
+
+// Sums of a sparse matrix over its rows or columns, or the dense matrix itself: inputs data,
+// indices, indptr, shape; output rows x cols (dense), or the sums over `axis` as a vector.
+class SparseReduce final : public Op {
+ public:
+  // axis -1: no reduction (the dense matrix); 0: column sums; 1: row sums.
+  SparseReduce(SparseFormat format, int64_t axis) : format_(format), axis_(axis) {}
+  SparseFormat format() const { return format_; }
+  int64_t axis() const { return axis_; }
+  void params(OpParams& out) const override { out << format_ << axis_; }
+  std::string name() const override;
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
+  std::vector<int> needs_input_values() const override { return {3}; }
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+  bool checks_values_before_writing() const override { return true; }
+
+ private:
+  SparseFormat format_;
+  int64_t axis_;
+};
+
+SparseFormat transposed(SparseFormat format);
+
+void add_sparse_kernels(KernelTable& table);
+
+}  // namespace kiln

@@ -1,0 +1,238 @@
+// Sparse matrices in graphs (src/ops/sparse.cpp): CSR and CSC inputs and constants, products with
+// dense matrices on either side, sampling_dot, dense(), transpose, structured functions and sums,
+// checked against the dense computation; structured gradients against finite differences; bad
+// patterns and shapes as clear errors.
+#include <gtest/gtest.h>
+
+#include "test_util.hpp"
+
+using namespace kiln;
+using namespace kiln::test;
+
+namespace {
+
+// A rows x cols matrix with about a third of its entries stored (some explicit zeros among them
+// would change nothing: the pattern comes from this mask).
+Tensor sparse_dense(int64_t rows, int64_t cols, uint64_t seed) {
+  const Tensor values = random_tensor({rows, cols}, f64, -1, 1, seed);
+  const Tensor mask = random_tensor({rows, cols}, f64, 0, 1, seed + 100);
+  std::vector<double> v = values.to_vector<double>(), m = mask.to_vector<double>();
+  for (size_t i = 0; i < v.size(); ++i)
+    if (m[i] > 0.35) v[i] = 0;
+  return Tensor::from(v, {rows, cols});
+}
+
+Tensor dense_dot(const Tensor& a, const Tensor& b) {
+  Var x = matrix("a", f64), y = matrix("b", f64);
+  return eval1({x, y}, dot(x, y), {a, b});
+}
+
+const SparseFormat kFormats[] = {SparseFormat::csr, SparseFormat::csc};
+
+SparseVar sparse_input(SparseFormat format, const std::string& name) {
+  return format == SparseFormat::csr ? csr_matrix(name, f64) : csc_matrix(name, f64);
+}
+
+// A SparseVar whose data is `data` and whose pattern is value's, fixed: for verify_grad.
+SparseVar with_pattern(const Var& data, const SparseTensor& value) {
+  return SparseVar(value.format(), data, constant(value.indices()), constant(value.indptr()),
+                   constant(Tensor::from(std::vector<int64_t>{value.shape()[0], value.shape()[1]})));
+}
+
+}  // namespace
+
+TEST(SparseOps, ProductsWithDenseMatricesMatchTheDenseProduct) {
+  const Tensor a = sparse_dense(7, 5, 1), d = random_tensor({5, 4}, f64, -1, 1, 2), e = random_tensor({3, 7}, f64, -1, 1, 3);
+  const std::vector<double> ad = dense_dot(a, d).to_vector<double>(), ea = dense_dot(e, a).to_vector<double>();
+  for (SparseFormat format : kFormats) {
+    SCOPED_TRACE(sparse_format_name(format));
+    SparseVar x = sparse_input(format, "x");
+    Var w = matrix("w", f64), v = matrix("v", f64);
+    Function f = function({x, w, v}, {dot(x, w), dot(v, x)});
+    const std::vector<Tensor> out = f(sparse_from_dense(a, format), d, e);
+    expect_values(out[0], ad, 1e-12);
+    expect_values(out[1], ea, 1e-12);
+    EXPECT_EQ(out[0].shape(), (Shape{7, 4}));
+    EXPECT_EQ(out[1].shape(), (Shape{3, 5}));
+  }
+}
+
+TEST(SparseOps, LargeProductsRunInParallelAndAgree) {
+  // 64 columns: CSR splits the rows, CSC the product's columns; 1 column: CSC gives each thread
+  // a share of the sparse columns and a partial product in its scratch.
+  const Tensor a = sparse_dense(600, 400, 4);
+  const int threads_before = num_threads();
+  for (int64_t columns : {64, 1}) {
+    const Tensor d = random_tensor({400, columns}, f64, -1, 1, 5);
+    const std::vector<double> expected = dense_dot(a, d).to_vector<double>();
+    for (int threads : {1, 2})
+      for (SparseFormat format : kFormats) {
+        SCOPED_TRACE(std::string(sparse_format_name(format)) + ", " + std::to_string(threads) + " threads, " + std::to_string(columns) + " columns");
+        set_num_threads(threads);
+        SparseVar x = sparse_input(format, "x");
+        Var w = matrix("w", f64);
+        Function f = function({x, w}, {dot(x, w)});
+        expect_values(f(sparse_from_dense(a, format), d)[0], expected, 1e-10);
+        expect_values(f(sparse_from_dense(a, format), d)[0], expected, 1e-10);  // a second call, its memory planned
+      }
+  }
+  set_num_threads(threads_before);
+}
+
+TEST(SparseOps, ProductsWhoseRowsOnlyTheShapeTellsAreSizedAtRunTime) {
+  SparseVar r = csr_matrix("r", f64), c = csc_matrix("c", f64);
+  Var w = matrix("w", f64);
+  const std::vector<Shape> shapes{{5}, {5}, {4}, {2}, {3, 2}};
+  const MemoryReport by_rows = function({r, w}, {dot(r, w) * 2.0}).memory_report(shapes);
+  const MemoryReport by_columns = function({c, w}, {dot(c, w) * 2.0}).memory_report(shapes);
+  EXPECT_TRUE(by_rows.unplanned.empty()) << "a CSR product has as many rows as indptr has entries, less one";
+  ASSERT_FALSE(by_columns.unplanned.empty());
+  EXPECT_NE(by_columns.unplanned[0].find("sparse_dot{csc}"), std::string::npos) << by_columns.unplanned[0];
+}
+
+TEST(SparseOps, DenseTransposeSumsAndStructuredFunctions) {
+  const Tensor a = sparse_dense(4, 6, 6);
+  const std::vector<double> dense_values = a.to_vector<double>();
+  std::vector<double> transposed(24), column_sums(6, 0.0), row_sums(4, 0.0), sigmoid_stored(24, 0.0);
+  double total = 0;
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < 6; ++c) {
+      const double x = dense_values[r * 6 + c];
+      transposed[c * 4 + r] = x;
+      column_sums[c] += x;
+      row_sums[r] += x;
+      total += x;
+      if (x != 0) sigmoid_stored[r * 6 + c] = 1 / (1 + std::exp(-x));
+    }
+  for (SparseFormat format : kFormats) {
+    SCOPED_TRACE(sparse_format_name(format));
+    SparseVar x = sparse_input(format, "x");
+    EXPECT_EQ(transpose(x).format(), format == SparseFormat::csr ? SparseFormat::csc : SparseFormat::csr);
+    Function f = function({x}, {dense(x), dense(transpose(x)), sum(x, 0), sum(x, 1), sum(x), dense(structured(x, sigmoid)),
+                                dense(-x), dense(x * 2.0)});
+    const std::vector<Tensor> out = f(sparse_from_dense(a, format));
+    expect_values(out[0], dense_values, 1e-12);
+    expect_values(out[1], transposed, 1e-12);
+    expect_values(out[2], column_sums, 1e-12);
+    expect_values(out[3], row_sums, 1e-12);
+    expect_values(out[4], {total}, 1e-12);
+    expect_values(out[5], sigmoid_stored, 1e-12);  // sigmoid(0) = 0.5 is not added where nothing is stored
+    std::vector<double> negated = dense_values, doubled = dense_values;
+    for (double& n : negated) n = -n;
+    for (double& n : doubled) n *= 2;
+    expect_values(out[6], negated, 1e-12);
+    expect_values(out[7], doubled, 1e-12);
+  }
+}
+
+TEST(SparseOps, RepeatedEntriesCountAsTheirSum) {
+  // Row 0 stores column 1 twice (2 + 3): SciPy's rule, in dense() and in products.
+  const SparseTensor x = SparseTensor::csr(Tensor::from(std::vector<double>{2, 3, 4}), Tensor::from(std::vector<int64_t>{1, 1, 0}),
+                                           Tensor::from(std::vector<int64_t>{0, 2, 3}), {2, 2});
+  SparseVar s = csr_matrix("s", f64);
+  Var w = matrix("w", f64);
+  const std::vector<Tensor> out = function({s, w}, {dense(s), dot(s, w)})(x, Tensor::from(std::vector<double>{1, 10, 100, 1000}, {2, 2}));
+  expect_values(out[0], {0, 5, 4, 0});
+  expect_values(out[1], {500, 5000, 4, 40});
+}
+
+TEST(SparseOps, SamplingDotComputesOnlyAtThePattern) {
+  const Tensor p = sparse_dense(5, 4, 7), a = random_tensor({5, 3}, f64, -1, 1, 8), b = random_tensor({4, 3}, f64, -1, 1, 9);
+  const std::vector<double> full = dense_dot(a, transpose(b)).to_vector<double>(), pv = p.to_vector<double>();
+  std::vector<double> expected(20);
+  for (size_t i = 0; i < expected.size(); ++i) expected[i] = pv[i] * full[i];
+  for (SparseFormat format : kFormats) {
+    SparseVar pattern = sparse_input(format, "p");
+    Var x = matrix("a", f64), y = matrix("b", f64);
+    expect_values(function({pattern, x, y}, {dense(sampling_dot(x, y, pattern))})(sparse_from_dense(p, format), a, b)[0], expected,
+                  1e-12);
+  }
+}
+
+TEST(SparseOps, GradientsMatchFiniteDifferences) {
+  const Tensor a = sparse_dense(5, 4, 10), d = random_tensor({4, 3}, f64, -1, 1, 11), e = random_tensor({2, 5}, f64, -1, 1, 12);
+  for (SparseFormat format : kFormats) {
+    SCOPED_TRACE(sparse_format_name(format));
+    const SparseTensor value = sparse_from_dense(a, format);
+    // d/d data (structured) and d/d dense operand, of products on both sides.
+    verify_grad([&](std::vector<Var> v) { return tanh(dot(with_pattern(v[0], value), v[1])); }, {value.data(), d});
+    verify_grad([&](std::vector<Var> v) { return dot(v[1], with_pattern(v[0], value)); }, {value.data(), e});
+    verify_grad([&](std::vector<Var> v) { return sqr(dense(with_pattern(v[0], value))); }, {value.data()});
+    verify_grad([&](std::vector<Var> v) { return sum(with_pattern(v[0], value), 0) * sum(with_pattern(v[0], value), 1)[0]; },
+                {value.data()});
+    const Tensor sa = random_tensor({5, 3}, f64, -1, 1, 13), sb = random_tensor({4, 3}, f64, -1, 1, 14);
+    verify_grad([&](std::vector<Var> v) { return dense(sampling_dot(v[1], v[2], with_pattern(v[0], value))); },
+                {value.data(), sa, sb});
+    verify_rop([&](std::vector<Var> v) { return dot(with_pattern(v[0], value), v[1]); }, {value.data(), d});
+  }
+}
+
+TEST(SparseOps, StructuredGradientKeepsThePattern) {
+  // cost = sum(x . w): d cost / d x[r, c] = sum_j w[c, j], taken only where x stores an entry.
+  const Tensor a = sparse_dense(4, 3, 15), wv = random_tensor({3, 2}, f64, -1, 1, 16);
+  const std::vector<double> w = wv.to_vector<double>(), av = a.to_vector<double>();
+  std::vector<double> expected(12, 0.0);
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < 3; ++c)
+      if (av[r * 3 + c] != 0) expected[r * 3 + c] = w[c * 2] + w[c * 2 + 1];
+  for (SparseFormat format : kFormats) {
+    SparseVar x = sparse_input(format, "x");
+    Var wvar = matrix("w", f64);
+    const SparseVar g = structured_grad(sum(dot(x, wvar)), x);
+    EXPECT_EQ(g.format(), format);
+    expect_values(function({x, wvar}, {dense(g)})(sparse_from_dense(a, format), wv)[0], expected, 1e-12);
+  }
+}
+
+TEST(SparseOps, ConstantsFoldAndEqualProductsMerge) {
+  const Tensor a = sparse_dense(3, 3, 17);
+  SparseVar c = sparse_constant(sparse_from_dense(a, SparseFormat::csr), "c");
+  Var w = matrix("w", f64);
+  Function folded = function({}, {dense(c)});
+  EXPECT_EQ(count_op(folded, "sparse_to_dense"), 0) << "a constant sparse matrix's dense form is computed when compiling";
+  expect_values(folded({})[0], a.to_vector<double>());
+  SparseVar x = csr_matrix("x", f64);
+  Function merged = function({x, w}, {dot(x, w) + dot(x, w)});
+  EXPECT_EQ(count_op(merged, "sparse_dot"), 1);
+}
+
+TEST(SparseOps, BadPatternsAndShapesAreClearErrors) {
+  SparseVar x = csr_matrix("x", f64);
+  Var w = matrix("w", f64);
+  Function f = function({x, w}, {dot(x, w)});
+  const Tensor d = random_tensor({3, 2}, f64);
+  const Tensor data = Tensor::from(std::vector<double>{1, 2}), shape = Tensor::from(std::vector<int64_t>{2, 3});
+  auto call = [&](std::vector<int64_t> indices, std::vector<int64_t> indptr, const Tensor& dense_operand, const Tensor& s) {
+    return f({data, Tensor::from(indices), Tensor::from(indptr), s, dense_operand});
+  };
+  expect_error<ShapeError>([&] { call({0, 3}, {0, 1, 2}, d, shape); }, {"sparse_dot{csr}", "indices[1] = 3", "out of range [0, 3)"});
+  expect_error<ShapeError>([&] { call({0, 1}, {0, 2, 1}, d, shape); }, {"sparse_dot{csr}", "indptr must not decrease"});
+  expect_error<ShapeError>([&] { call({0, 1}, {0, 1, 3}, d, shape); }, {"indptr ends at 3", "2 indices"});
+  expect_error<ShapeError>([&] { call({0, 1}, {0, 1, 2}, random_tensor({4, 2}, f64), shape); },
+                           {"sparse_dot{csr}", "(2, 3)", "(4,2)", "rows must equal the sparse columns"});
+  expect_error<ShapeError>([&] { call({0, 1}, {0, 1, 2}, d, Tensor::from(std::vector<int64_t>{5, 3})); },
+                           {"needs 6 indptr entries, got 3"});
+  // A good call after the failures still works.
+  expect_values(call({0, 2}, {0, 1, 2}, Tensor::from(std::vector<double>{1, 2, 3, 4, 5, 6}, {3, 2}), shape)[0], {1, 2, 10, 12});
+  expect_error<TypeError>([&] { dot(x, vector("v", f64)); }, {"dense operand must be a numeric matrix", "reshape"});
+  expect_error<TypeError>([&] { csr_matrix("i", i32); }, {"csr_matrix", "f32 or f64", "i32"});
+  expect_error<TypeError>([&] { SparseVar(SparseFormat::csr, vector("d"), vector("i", f32), vector("p", i64), vector("s", i64)); },
+                          {"indices must be a 1-D i64 vector", "f32[?]"});
+  expect_error<TypeError>([&] { sum(x, 2); }, {"axes 0 and 1"});
+  expect_error<TypeError>([&] { structured(x, [](const Var& v) { return sum(v); }); }, {"structured", "elementwise"});
+}
+
+TEST(SparseOps, SparseInputsTakeTheirPartsInAListOfTensors) {
+  const Tensor a = sparse_dense(3, 4, 18);
+  const SparseTensor value = sparse_from_dense(a, SparseFormat::csr);
+  SparseVar x = csr_matrix("x", f64);
+  Function f = function({x}, {sum(x)});  // reads only the data: the other parts may go unused
+  std::vector<Tensor> arguments = sparse_parts(value), out;
+  ASSERT_EQ(arguments.size(), 4u);
+  expect_values(arguments[3], {3, 4}, 0);
+  f.call(arguments, out);
+  double total = 0;
+  for (double v : a.to_vector<double>()) total += v;
+  expect_values(out[0], {total}, 1e-12);
+  EXPECT_EQ(x.str(), "csr f64 matrix x");
+}
