@@ -29,6 +29,13 @@ Function train(Model& model, int n_steps) {
   return function({x}, {p});
 }
 
+Model save_trained_model(const std::string& path) {
+  Model model;
+  train(model, 5);
+  save_shared(path, model.variables());
+  return model;
+}
+
 std::vector<std::vector<double>> values_of(const std::vector<Shared>& variables) {
   std::vector<std::vector<double>> values;
   for (const Shared& v : variables) values.push_back(v.get_value().to_vector<double>());
@@ -80,9 +87,7 @@ TEST(SharedCheckpoint, UnnamedOrRepeatedNamesAreErrorsBeforeAnythingIsWritten) {
 // went would already have changed the others.
 TEST(SharedCheckpoint, AFileThatDoesNotFitChangesNoVariable) {
   const TempDir dir;
-  Model saved;
-  train(saved, 5);
-  save_shared(dir.file("model.npz"), saved.variables());
+  save_trained_model(dir.file("model.npz"));
   Model target;
   const auto before = values_of(target.variables());
   const auto expect_unchanged = [&](const std::vector<Shared>& variables, const std::vector<std::string>& fragments) {
@@ -110,9 +115,7 @@ TEST(SharedCheckpoint, AFileThatDoesNotFitChangesNoVariable) {
 
 TEST(SharedCheckpoint, PartOfAFileLoadsWhenAsked) {
   const TempDir dir;
-  Model saved;
-  train(saved, 5);
-  save_shared(dir.file("model.npz"), saved.variables());
+  const Model saved = save_trained_model(dir.file("model.npz"));
   Model target;
   load_shared(dir.file("model.npz"), {target.w}, {.allow_extra_entries = true});
   EXPECT_EQ(target.w.get_value().to_vector<double>(), saved.w.get_value().to_vector<double>());

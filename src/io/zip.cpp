@@ -160,6 +160,20 @@ uint32_t ZipWriter::checked_size(uint64_t bytes, const std::string& what) const 
   return static_cast<uint32_t>(bytes);
 }
 
+// The fields the local and the central header share, from "version needed" to the extra field's length.
+void ZipWriter::put_common_fields(std::vector<std::byte>& out, const Entry& entry) {
+  put(out, kVersion, 2);
+  put(out, flags_for(entry.name), 2);
+  put(out, entry.method, 2);
+  put(out, kDosTime, 2);
+  put(out, kDosDate, 2);
+  put(out, entry.crc, 4);
+  put(out, entry.compressed_size, 4);
+  put(out, entry.size, 4);
+  put(out, entry.name.size(), 2);
+  put(out, 0, 2);  // no extra field
+}
+
 void ZipWriter::add(const std::string& name, const std::vector<std::span<const std::byte>>& pieces, bool deflate) {
   if (name.size() > 0xffff)
     throw IOError(who_ + ": " + path_ + ": the entry name '" + name.substr(0, 64) + "...' is longer than a zip allows (65535 bytes)");
@@ -178,16 +192,7 @@ void ZipWriter::add(const std::string& name, const std::vector<std::span<const s
 
   std::vector<std::byte> header;
   put(header, kLocalHeader, 4);
-  put(header, kVersion, 2);
-  put(header, flags_for(name), 2);
-  put(header, entry.method, 2);
-  put(header, kDosTime, 2);
-  put(header, kDosDate, 2);
-  put(header, entry.crc, 4);
-  put(header, entry.compressed_size, 4);
-  put(header, entry.size, 4);
-  put(header, name.size(), 2);
-  put(header, 0, 2);  // no extra field
+  put_common_fields(header, entry);
   put_name(header, name);
   file_.write(header);
   if (deflate) file_.write(compressed);
@@ -205,16 +210,7 @@ void ZipWriter::finish() {
   for (const Entry& entry : entries_) {
     put(directory, kCentralHeader, 4);
     put(directory, kVersion, 2);  // made by: MS-DOS attributes, version 2.0
-    put(directory, kVersion, 2);
-    put(directory, flags_for(entry.name), 2);
-    put(directory, entry.method, 2);
-    put(directory, kDosTime, 2);
-    put(directory, kDosDate, 2);
-    put(directory, entry.crc, 4);
-    put(directory, entry.compressed_size, 4);
-    put(directory, entry.size, 4);
-    put(directory, entry.name.size(), 2);
-    put(directory, 0, 2);  // extra field
+    put_common_fields(directory, entry);
     put(directory, 0, 2);  // comment
     put(directory, 0, 2);  // disk
     put(directory, 0, 2);  // internal attributes

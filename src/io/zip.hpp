@@ -26,6 +26,7 @@ class ZipWriter {
     uint32_t compressed_size, size, offset;
   };
   uint32_t checked_size(uint64_t bytes, const std::string& what) const;
+  static void put_common_fields(std::vector<std::byte>& out, const Entry& entry);
   std::string path_, who_;
   AtomicFile file_;
   std::vector<Entry> entries_;
