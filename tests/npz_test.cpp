@@ -1,6 +1,7 @@
 // .npz archives (zip files of .npy entries) and the atomic writing every save shares.
 #include <gtest/gtest.h>
 
+#include "io/npy.hpp"
 #include "io/zip.hpp"
 #include "io_test_util.hpp"
 
@@ -28,6 +29,24 @@ void expect_same_tensors(const NamedTensors& got, const NamedTensors& expected) 
 
 uint32_t field32(const std::vector<uint8_t>& bytes, size_t at) {
   return bytes[at] | (bytes[at + 1] << 8) | (bytes[at + 2] << 16) | (uint32_t{bytes[at + 3]} << 24);
+}
+
+void put32(std::vector<uint8_t>& bytes, size_t at, uint32_t value) {
+  for (int i = 0; i < 4; ++i) bytes[at + i] = static_cast<uint8_t>(value >> (8 * i));
+}
+
+// Where the central directory's first header is, from the end record (the last 22 bytes).
+size_t central_directory(const std::vector<uint8_t>& bytes) { return field32(bytes, bytes.size() - 22 + 16); }
+
+// The archive at path with its bytes changed by patch, then loaded: the IOError's message.
+template <class Patch> void expect_patched_archive_error(const std::string& path, Patch patch, const std::vector<std::string>& fragments) {
+  std::vector<uint8_t> bytes = read_bytes(path);
+  patch(bytes);
+  const std::string patched = path + ".patched.npz";
+  write_bytes(patched, bytes);
+  std::vector<std::string> all{"load_npz", patched};
+  all.insert(all.end(), fragments.begin(), fragments.end());
+  expect_error<IOError>([&] { load_npz(patched); }, all);
 }
 
 }  // namespace
@@ -159,4 +178,56 @@ TEST(AtomicSave, ASaveReplacesALongerFileWhole) {
   save_npy(path, sample(i32, {3}));
   expect_same_tensor(load_npy(path), sample(i32, {3}));
   EXPECT_EQ(dir.listing(), std::vector<std::string>{"t.npy"});
+}
+
+TEST(ZipArchive, DamagedHeadersAreIOErrorsNamingTheEntry) {
+  const TempDir dir;
+  const std::string path = dir.file("m.npz");
+  save_npz(path, {{"a", sample(f64, {16})}});
+  // The central header's fields: flags at 8, compressed size at 20, size at 24.
+  expect_patched_archive_error(path, [](auto& b) { b[central_directory(b)] = 'X'; }, {"central directory has no header"});
+  expect_patched_archive_error(path, [](auto& b) { b[central_directory(b) + 8] |= 1; }, {"entry 'a.npy' is encrypted"});
+  expect_patched_archive_error(path, [](auto& b) { b[30] = 'b'; }, {"entry 'a.npy'", "its local header names 'b.npy'"});
+  expect_patched_archive_error(path, [](auto& b) { put32(b, central_directory(b) + 20, 200); },
+                               {"entry 'a.npy'", "stored, yet its sizes differ (200 and 256 bytes)"});
+}
+
+TEST(ZipArchive, DamagedDeflatedEntriesAreIOErrorsNamingTheEntry) {
+  const TempDir dir;
+  const std::string path = dir.file("m.npz");
+  save_npz(path, {{"a", sample(f64, {64})}}, {.compressed = true});
+  const std::vector<uint8_t> bytes = read_bytes(path);
+  const uint32_t compressed = field32(bytes, central_directory(bytes) + 20), size = field32(bytes, central_directory(bytes) + 24);
+  ASSERT_EQ(size, 128u + 64 * 8);
+  expect_patched_archive_error(path, [&](auto& b) { put32(b, central_directory(b) + 20, compressed / 2); },
+                               {"entry 'a.npy' is truncated", "end after"});
+  expect_patched_archive_error(path, [&](auto& b) { put32(b, central_directory(b) + 24, size - 1); },
+                               {"entry 'a.npy' is corrupt", "inflates to more than the 639 bytes"});
+  expect_patched_archive_error(path, [&](auto& b) { put32(b, central_directory(b) + 24, size + 1); },
+                               {"entry 'a.npy' is corrupt", "inflates to 640 bytes, the archive says 641"});
+  expect_patched_archive_error(path, [&](auto& b) { put32(b, central_directory(b) + 24, 0xfffffff0); },
+                               {"entry 'a.npy' is corrupt", "more than deflate can expand"});
+}
+
+TEST(ZipArchive, EntriesThatShareANameOrAKeyAreIOErrors) {
+  const TempDir dir;
+  const std::string path = dir.file("m.npz");
+  const NpyBytes npy(sample(f32, {2}));
+  ZipWriter twice(path, "test");
+  twice.add("a.npy", npy.pieces(), false);
+  twice.add("a.npy", npy.pieces(), true);
+  twice.finish();
+  expect_error<IOError>([&] { load_npz(path); }, {path, "entry 'a.npy'", "two entries of that name"});
+  ZipWriter one_key(path, "test");
+  one_key.add("a.npy", npy.pieces(), false);
+  one_key.add("a", npy.pieces(), false);
+  one_key.finish();
+  expect_error<IOError>([&] { load_npz(path); }, {path, "the entries 'a' and 'a.npy' both give the key 'a'"});
+}
+
+TEST(ZipArchive, ANameLongerThanAZipAllowsIsAnIOError) {
+  const TempDir dir;
+  expect_error<IOError>([&] { save_npz(dir.file("m.npz"), {{std::string(70000, 'w'), sample(f32, {2})}}); },
+                        {"save_npz", "m.npz", "longer than a zip allows"});
+  EXPECT_TRUE(dir.listing().empty());
 }
