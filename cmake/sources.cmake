@@ -38,6 +38,11 @@ set(KILN_SOURCES
   src/data/dataset.cpp
   src/data/fashion_mnist.cpp
   src/data/data_loader.cpp
+  src/io/file.cpp
+  src/io/npy.cpp
+  src/io/zip.cpp
+  src/io/npz.cpp
+  src/io/shared_values.cpp
   src/grad/grad.cpp
   src/grad/rop.cpp
   src/grad/jacobian.cpp

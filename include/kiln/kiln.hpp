@@ -6,6 +6,7 @@
 #include "kiln/function.hpp"
 #include "kiln/grad.hpp"
 #include "kiln/graph.hpp"
+#include "kiln/io.hpp"
 #include "kiln/ops.hpp"
 #include "kiln/scan.hpp"
 #include "kiln/scope.hpp"
