@@ -125,6 +125,47 @@ TEST(SparseOps, DenseTransposeSumsAndStructuredFunctions) {
   }
 }
 
+TEST(SparseOps, ElementwiseWithDenseValuesBroadcastAndKeepThePattern) {
+  const Tensor a = sparse_dense(3, 4, 19), m = random_tensor({3, 4}, f64, -1, 1, 20);
+  const Tensor rows = random_tensor({3}, f64, -1, 1, 21), cols = random_tensor({4}, f64, -1, 1, 22);
+  const std::vector<double> av = a.to_vector<double>(), mv = m.to_vector<double>(), rv = rows.to_vector<double>(),
+                            cv = cols.to_vector<double>();
+  std::vector<double> times_m(12), times_rows(12), times_cols(12), plus_m(12);
+  for (int r = 0; r < 3; ++r)
+    for (int c = 0; c < 4; ++c) {
+      const int i = r * 4 + c;
+      times_m[i] = av[i] * mv[i];
+      times_rows[i] = av[i] * rv[r];
+      times_cols[i] = av[i] * cv[c];
+      plus_m[i] = av[i] + mv[i];
+    }
+  for (SparseFormat format : kFormats) {
+    SCOPED_TRACE(sparse_format_name(format));
+    SparseVar x = sparse_input(format, "x");
+    Var d = matrix("d", f64), s = vector("s", f64), t = vector("t", f64);
+    const SparseVar product = x * d;
+    EXPECT_EQ(product.format(), format);
+    EXPECT_TRUE(product.indices().same(x.indices())) << "the product keeps x's pattern";
+    const std::vector<Tensor> out = function({x, d, s, t}, {dense(product), dense(row_scale(x, s)), dense(col_scale(x, t)),
+                                                            dense(x * t), x + d, d + x})(sparse_from_dense(a, format), m, rows, cols);
+    expect_values(out[0], times_m, 1e-12);
+    expect_values(out[1], times_rows, 1e-12);
+    expect_values(out[2], times_cols, 1e-12);
+    expect_values(out[3], times_cols, 1e-12);  // a vector broadcasts along the last axis, as in NumPy
+    expect_values(out[4], plus_m, 1e-12);
+    expect_values(out[5], plus_m, 1e-12);
+    const SparseTensor value = sparse_from_dense(a, format);
+    verify_grad([&](std::vector<Var> v) { return dense(with_pattern(v[0], value) * v[1]); }, {value.data(), m});
+    verify_grad([&](std::vector<Var> v) { return dense(row_scale(with_pattern(v[0], value), v[1])); }, {value.data(), rows});
+    verify_grad([&](std::vector<Var> v) { return dense(col_scale(with_pattern(v[0], value), v[1])); }, {value.data(), cols});
+    expect_error<TypeError>([&] { row_scale(x, d); }, {"row_scale", "one value per row"});
+  }
+  SparseVar x = csr_matrix("x", f64);
+  Var d = matrix("d", f64);
+  expect_error<ShapeError>([&] { function({x, d}, {dense(x * d)})(sparse_from_dense(a, SparseFormat::csr), random_tensor({2, 4})); },
+                           {"sparse_gather{csr}", "(2,4)", "does not broadcast", "(3, 4)"});
+}
+
 TEST(SparseOps, RepeatedEntriesCountAsTheirSum) {
   // Row 0 stores column 1 twice (2 + 3): SciPy's rule, in dense() and in products.
   const SparseTensor x = SparseTensor::csr(Tensor::from(std::vector<double>{2, 3, 4}), Tensor::from(std::vector<int64_t>{1, 1, 0}),

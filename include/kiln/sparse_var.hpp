@@ -49,8 +49,17 @@ SparseVar structured(const SparseVar& x, const std::function<Var(const Var&)>& f
 // The same with one of kiln's unary functions by name: structured(x, exp).
 SparseVar structured(const SparseVar& x, Var (*fn)(const Var&, Loc), Loc loc = Loc::current());
 SparseVar operator-(const SparseVar& x);
-SparseVar operator*(const SparseVar& x, const Var& scalar);  // scalar: a 0-d value
-SparseVar operator*(const Var& scalar, const SparseVar& x);
+// x times a dense value, elementwise with NumPy broadcasting (a scalar, a vector of x's columns, a
+// column of its rows, or a matrix of its shape): only the stored entries are computed, and the
+// result keeps x's pattern.
+SparseVar operator*(const SparseVar& x, const Var& dense_value);
+SparseVar operator*(const Var& dense_value, const SparseVar& x);
+// Row r multiplied by s[r]; column c by s[c] (Theano's row_scale, col_scale).
+SparseVar row_scale(const SparseVar& x, const Var& s, Loc loc = Loc::current());
+SparseVar col_scale(const SparseVar& x, const Var& s, Loc loc = Loc::current());
+// x + a dense value: dense, as NumPy's sum of a sparse and a dense matrix.
+Var operator+(const SparseVar& x, const Var& dense_value);
+Var operator+(const Var& dense_value, const SparseVar& x);
 
 // Products with a dense matrix. CSR runs row-parallel; CSC (and dense x CSR) through the transposed
 // form. The gradient with respect to x.data() is structured (SciPy/Theano structured_dot): the

@@ -517,12 +517,34 @@ SparseVar operator-(const SparseVar& x) {
   return structured(x, [](const Var& v) { return -v; });
 }
 
-SparseVar operator*(const SparseVar& x, const Var& scalar) {
-  if (scalar.ndim() != 0) throw TypeError("sparse * value: the value must be 0-d (a scalar), got " + scalar.type().str());
-  return structured(x, [&](const Var& v) { return v * scalar; });
+SparseVar operator*(const SparseVar& x, const Var& dense_value) {
+  if (dense_value.ndim() == 0) return structured(x, [&](const Var& v) { return v * dense_value; });
+  if (dense_value.ndim() > 2)
+    throw TypeError("sparse * value: the value must have at most 2 dimensions to broadcast against " + x.str() + ", got " +
+                    dense_value.type().str());
+  const Loc loc = Loc::current();
+  const Var matrix_value = dense_value.ndim() == 1 ? dimshuffle(dense_value, {-1, 0}, loc) : dense_value;
+  const DType dtype = result_dtype({x.data(), dense_value});
+  const DType float_dtype = is_float(dtype) ? dtype : DType::f64;
+  const Var at_entries = apply1(std::make_shared<SparseGather>(x.format()),
+                                {cast(matrix_value, float_dtype, loc), x.indices(), x.indptr(), x.shape()}, loc);
+  return SparseVar(x.format(), cast(x.data(), float_dtype, loc) * at_entries, x.indices(), x.indptr(), x.shape());
 }
 
-SparseVar operator*(const Var& scalar, const SparseVar& x) { return x * scalar; }
+SparseVar operator*(const Var& dense_value, const SparseVar& x) { return x * dense_value; }
+
+SparseVar row_scale(const SparseVar& x, const Var& s, Loc loc) {
+  if (s.ndim() != 1) throw TypeError("row_scale(" + x.str() + ", " + s.type().str() + "): s must be a vector, one value per row (at " + loc_str(loc) + ")");
+  return x * dimshuffle(s, {0, -1}, loc);
+}
+
+SparseVar col_scale(const SparseVar& x, const Var& s, Loc loc) {
+  if (s.ndim() != 1) throw TypeError("col_scale(" + x.str() + ", " + s.type().str() + "): s must be a vector, one value per column (at " + loc_str(loc) + ")");
+  return x * dimshuffle(s, {-1, 0}, loc);
+}
+
+Var operator+(const SparseVar& x, const Var& dense_value) { return dense(x) + dense_value; }
+Var operator+(const Var& dense_value, const SparseVar& x) { return dense_value + dense(x); }
 
 Var dot(const SparseVar& x, const Var& dense_matrix, Loc loc) {
   if (dense_matrix.ndim() != 2 || !(is_float(dense_matrix.dtype()) || dense_matrix.dtype() == DType::i32 || dense_matrix.dtype() == DType::i64))
