@@ -166,6 +166,48 @@ TEST(SparseOps, ElementwiseWithDenseValuesBroadcastAndKeepThePattern) {
                            {"sparse_gather{csr}", "(2,4)", "does not broadcast", "(3, 4)"});
 }
 
+TEST(SparseOps, RowAndColumnSlicesWithSymbolicBoundsClampAsNumPy) {
+  const Tensor a = sparse_dense(6, 5, 23);
+  const std::vector<double> av = a.to_vector<double>();
+  auto dense_rows = [&](int64_t first, int64_t last) { return std::vector<double>(av.begin() + first * 5, av.begin() + last * 5); };
+  auto dense_columns = [&](int64_t first, int64_t last) {
+    std::vector<double> out;
+    for (int64_t r = 0; r < 6; ++r)
+      for (int64_t c = first; c < last; ++c) out.push_back(av[r * 5 + c]);
+    return out;
+  };
+  SparseVar x = csr_matrix("x", f64), y = csc_matrix("y", f64);
+  Var start = scalar("start", i64), stop = scalar("stop", i64);
+  Function f = function({x, y, start, stop}, {dense(rows(x, start, stop)), dense(columns(y, start, stop)), dense(row(x, start))});
+  auto bound = [](int64_t v) { return Tensor::scalar(v); };
+  const struct {  // row(x, start) too: every start is a row that exists
+    int64_t start, stop, first, last;
+  } cases[] = {{1, 4, 1, 4}, {-3, -1, 3, 5}, {2, 100, 2, 6}, {4, 2, 4, 4}, {-6, 2, 0, 2}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE("[" + std::to_string(c.start) + ":" + std::to_string(c.stop) + "]");
+    const std::vector<Tensor> out =
+        f(sparse_from_dense(a, SparseFormat::csr), sparse_from_dense(a, SparseFormat::csc), bound(c.start), bound(c.stop));
+    EXPECT_EQ(out[0].shape(), (Shape{c.last - c.first, 5}));
+    expect_values(out[0], dense_rows(c.first, c.last), 0);
+    const int64_t col_last = std::min<int64_t>(c.last, 5), col_first = std::min(c.first, col_last);
+    if (c.start == -3) {
+      expect_values(out[1], dense_columns(2, 4), 0);  // of 5 columns, [-3:-1] is [2:4]
+    } else {
+      expect_values(out[1], dense_columns(col_first, col_last), 0);
+    }
+    expect_values(out[2], dense_rows((c.start + 6) % 6, (c.start + 6) % 6 + 1), 0);
+  }
+  const SparseTensor value = sparse_from_dense(a, SparseFormat::csr);
+  verify_grad([&](std::vector<Var> v) { return dense(rows(with_pattern(v[0], value), 1, 4)) * 3.0; }, {value.data()});
+  verify_grad([&](std::vector<Var> v) { return sum(row(with_pattern(v[0], value), -2), 1); }, {value.data()});
+  expect_error<ShapeError>([&] { f(sparse_from_dense(a, SparseFormat::csr), sparse_from_dense(a, SparseFormat::csc), bound(6), bound(7)); },
+                           {"sparse_major_index", "index 6 is out of range for 6 rows"});
+  expect_error<ShapeError>([&] { f(sparse_from_dense(a, SparseFormat::csr), sparse_from_dense(a, SparseFormat::csc), bound(-7), bound(7)); },
+                           {"index -7 is out of range"});
+  expect_error<TypeError>([&] { rows(y, 0, 1); }, {"rows(csc f64 matrix y)", "columns(x, ...)"});
+  expect_error<TypeError>([&] { columns(x, 0, 1); }, {"columns(csr f64 matrix x)", "rows(x, ...)"});
+}
+
 TEST(SparseOps, RepeatedEntriesCountAsTheirSum) {
   // Row 0 stores column 1 twice (2 + 3): SciPy's rule, in dense() and in products.
   const SparseTensor x = SparseTensor::csr(Tensor::from(std::vector<double>{2, 3, 4}), Tensor::from(std::vector<int64_t>{1, 1, 0}),

@@ -69,6 +69,13 @@ Var dot(const Var& dense_matrix, const SparseVar& x, Loc loc = Loc::current());
 // p * (a . b^T) computed only at p's stored entries (a: m x k, b: n x k, p: m x n).
 SparseVar sampling_dot(const Var& a, const Var& b, const SparseVar& p, Loc loc = Loc::current());
 
+// Rows [start, stop) of a CSR matrix, columns [start, stop) of a CSC one, bounds clamped and
+// counted from the end when negative as in NumPy; row(x, r): the 1 x cols matrix of row r. The
+// gradient with respect to x.data() is zero outside the slice.
+SparseVar rows(const SparseVar& x, const Var& start, const Var& stop, Loc loc = Loc::current());
+SparseVar columns(const SparseVar& x, const Var& start, const Var& stop, Loc loc = Loc::current());
+SparseVar row(const SparseVar& x, const Var& r, Loc loc = Loc::current());
+
 // Sums: of every entry, or over axis 0 (a vector of the column sums) or 1 (the row sums).
 Var sum(const SparseVar& x, Loc loc = Loc::current());
 Var sum(const SparseVar& x, int64_t axis, Loc loc = Loc::current());

@@ -10,6 +10,7 @@
 #include "kiln/sparse_var.hpp"
 #include "ops/elemwise.hpp"
 #include "ops/reduce.hpp"
+#include "tensor/copy.hpp"
 #include "tensor/dispatch.hpp"
 #include "tensor/isa.hpp"
 #include "tensor/parallel.hpp"
@@ -211,6 +212,91 @@ std::vector<Var> SparseReduce::L_op(const Node& node, const std::vector<Var>& g)
   const Var g_data = apply1(std::make_shared<SparseGather>(format_), {spread, node.inputs[1], node.inputs[2], node.inputs[3]},
                             node.loc);
   return {g_data, Var(), Var(), Var()};
+}
+
+// ---- SparseMajorSlice
+
+namespace {
+
+// [first, last) of n segments for a slice's bounds, clamped as NumPy's.
+std::pair<int64_t, int64_t> clamped_bounds(int64_t start, int64_t stop, int64_t n) {
+  const int64_t first = start < 0 ? std::max<int64_t>(0, start + n) : std::min(start, n);
+  const int64_t last = stop < 0 ? std::max<int64_t>(0, stop + n) : std::min(stop, n);
+  return {first, std::max(first, last)};
+}
+
+// The slice's bounds and where its entries lie in the whole data, checked against the data's
+// length and indptr's order over the slice.
+struct SliceExtent {
+  int64_t first, last, entry_begin, entry_end;
+};
+
+int64_t bound_value(const Tensor& bound) { return bound.dtype() == DType::i32 ? bound.item<int32_t>() : bound.item<int64_t>(); }
+
+SliceExtent slice_extent(const std::string& op, bool single, const Tensor& indptr, const Tensor& start, const Tensor& stop,
+                         int64_t n_entries) {
+  if (!indptr.is_contiguous()) throw ShapeError(op + ": indptr must be a contiguous vector");
+  const int64_t n = indptr.numel() - 1;
+  if (n < 0) throw ShapeError(op + ": indptr is empty; it needs one entry per row (column) and one more");
+  const int64_t index = bound_value(start);
+  if (single && (index < -n || index >= n))
+    throw ShapeError(op + ": index " + std::to_string(index) + " is out of range for " + std::to_string(n) +
+                     " rows (columns of a CSC matrix)");
+  const auto [first, last] = single ? std::pair<int64_t, int64_t>{index < 0 ? index + n : index, (index < 0 ? index + n : index) + 1}
+                                    : clamped_bounds(index, bound_value(stop), n);
+  const int64_t* ptr = indptr.data<int64_t>();
+  for (int64_t m = first; m < last; ++m)
+    if (ptr[m + 1] < ptr[m])
+      throw ShapeError(op + ": indptr must not decrease, but indptr[" + std::to_string(m + 1) + "] = " + std::to_string(ptr[m + 1]) +
+                       " < indptr[" + std::to_string(m) + "] = " + std::to_string(ptr[m]));
+  if (ptr[first] < 0 || ptr[last] > n_entries)
+    throw ShapeError(op + ": indptr points at entries [" + std::to_string(ptr[first]) + ", " + std::to_string(ptr[last]) +
+                     ") but there are " + std::to_string(n_entries));
+  return {first, last, ptr[first], ptr[last]};
+}
+
+}  // namespace
+
+std::vector<Type> SparseMajorSlice::infer_types(const std::vector<Type>& in) const {
+  if (in.size() != 5) throw TypeError(name() + ": takes data, indices, indptr, start and stop");
+  expect_vector(name(), "data", in[0], true);
+  expect_vector(name(), "indices", in[1], false);
+  expect_vector(name(), "indptr", in[2], false);
+  for (size_t i : {3, 4})
+    if (in[i].ndim() != 0 || (in[i].dtype != DType::i64 && in[i].dtype != DType::i32))
+      throw TypeError(name() + ": the bounds must be 0-d integers, got " + in[i].str());
+  return {in[0], in[1], in[2]};
+}
+
+std::vector<Shape> SparseMajorSlice::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>& values) const {
+  if (!values[2] || !values[3] || !values[4]) throw ShapeError(name() + ": its sizes are known only from indptr's and the bounds' values");
+  if (in[0] != in[1])
+    throw ShapeError(name() + ": data " + shape_str(in[0]) + " and indices " + shape_str(in[1]) + " must have one entry per stored value");
+  const SliceExtent e = slice_extent(name(), single_, *values[2], *values[3], *values[4], in[0][0]);
+  return {{e.entry_end - e.entry_begin}, {e.entry_end - e.entry_begin}, {e.last - e.first + 1}};
+}
+
+std::vector<Var> SparseMajorSlice::L_op(const Node& node, const std::vector<Var>& g) const {
+  if (!g[0].defined()) return {Var(), Var(), Var(), Var(), Var()};
+  const Var& in0 = node.inputs[0];
+  const Var g_data = apply1(std::make_shared<SparseMajorSliceGrad>(single_),
+                            {g[0], in0, node.inputs[1], node.inputs[2], node.inputs[3], node.inputs[4]}, node.loc);
+  return {g_data, Var(), Var(), Var(), Var()};
+}
+
+std::vector<Type> SparseMajorSliceGrad::infer_types(const std::vector<Type>& in) const {
+  if (in.size() != 6) throw TypeError(name() + ": takes g, data, indices, indptr, start and stop");
+  return {in[1]};
+}
+
+std::vector<Shape> SparseMajorSliceGrad::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
+  return {in[1]};
+}
+
+std::vector<Var> SparseMajorSliceGrad::L_op(const Node& node, const std::vector<Var>& g) const {
+  const std::vector<Var> sliced = apply(std::make_shared<SparseMajorSlice>(single_),
+                                        {g[0], node.inputs[2], node.inputs[3], node.inputs[4], node.inputs[5]}, node.loc);
+  return {sliced[0], Var(), Var(), Var(), Var(), Var()};
 }
 
 // ---- kernels
@@ -443,6 +529,37 @@ class SparseReduceKernel final : public KernelOf<SparseReduce> {
   }
 };
 
+class SparseMajorSliceKernel final : public KernelOf<SparseMajorSlice> {
+ public:
+  using KernelOf::KernelOf;
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
+    const SliceExtent e = slice_extent(op().name(), op().single(), in[2], in[3], in[4], in[0].numel());
+    const int64_t count = e.entry_end - e.entry_begin;
+    copy_broadcast(out[0], in[0].view({count}, in[0].strides(), in[0].offset() + e.entry_begin * in[0].strides()[0]));
+    copy_broadcast(out[1], in[1].view({count}, in[1].strides(), in[1].offset() + e.entry_begin * in[1].strides()[0]));
+    const int64_t* ptr = in[2].data<int64_t>();
+    int64_t* o = out[2].data<int64_t>();
+    const int64_t os = out[2].strides()[0];
+    for (int64_t m = e.first; m <= e.last; ++m) o[(m - e.first) * os] = ptr[m] - e.entry_begin;
+  }
+};
+
+class SparseMajorSliceGradKernel final : public KernelOf<SparseMajorSliceGrad> {
+ public:
+  using KernelOf::KernelOf;
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
+    const SliceExtent e = slice_extent(op().name(), op().single(), in[3], in[4], in[5], in[1].numel());
+    Tensor& o = out[0];
+    dispatch_float(o.dtype(), "sparse_major_slice_grad", [&](auto zero) {
+      using T = decltype(zero);
+      T* p = o.data<T>();
+      for (int64_t k = 0; k < o.numel(); ++k) p[k * o.strides()[0]] = T(0);
+    });
+    const int64_t count = e.entry_end - e.entry_begin;
+    copy_broadcast(o.view({count}, o.strides(), o.offset() + e.entry_begin * o.strides()[0]), in[0]);
+  }
+};
+
 }  // namespace
 
 void add_sparse_kernels(KernelTable& table) {
@@ -450,6 +567,8 @@ void add_sparse_kernels(KernelTable& table) {
   table.add<SamplingDot, SamplingDotKernel>();
   table.add<SparseGather, SparseGatherKernel>();
   table.add<SparseReduce, SparseReduceKernel>();
+  table.add<SparseMajorSlice, SparseMajorSliceKernel>();
+  table.add<SparseMajorSliceGrad, SparseMajorSliceGradKernel>();
 }
 
 // ---- the public operations
@@ -567,6 +686,39 @@ SparseVar sampling_dot(const Var& a, const Var& b, const SparseVar& p, Loc loc) 
                     loc_str(loc) + ")");
   const Var sampled = apply1(std::make_shared<SamplingDot>(p.format()), {cast(a, dtype, loc), cast(b, dtype, loc), p.indices(), p.indptr()}, loc);
   return SparseVar(p.format(), cast(p.data(), dtype, loc) * sampled, p.indices(), p.indptr(), p.shape(), loc);
+}
+
+namespace {
+
+SparseVar major_slice(const SparseVar& x, const Var& start, const Var& stop, bool single, const Loc& loc) {
+  const std::vector<Var> parts_of_slice =
+      apply(std::make_shared<SparseMajorSlice>(single), {x.data(), x.indices(), x.indptr(), start, stop}, loc);
+  const Var count = shape_of(parts_of_slice[2], loc)[0] - 1;
+  const Var shape = x.format() == SparseFormat::csr ? stack({count, x.shape()[1]}, 0, loc) : stack({x.shape()[0], count}, 0, loc);
+  return SparseVar(x.format(), parts_of_slice[0], parts_of_slice[1], parts_of_slice[2], shape, loc);
+}
+
+}  // namespace
+
+SparseVar rows(const SparseVar& x, const Var& start, const Var& stop, Loc loc) {
+  if (x.format() != SparseFormat::csr)
+    throw TypeError("rows(" + x.str() + "): slicing rows needs a CSR matrix (a CSC matrix slices its columns: columns(x, ...)) (at " +
+                    loc_str(loc) + ")");
+  return major_slice(x, start, stop, false, loc);
+}
+
+SparseVar columns(const SparseVar& x, const Var& start, const Var& stop, Loc loc) {
+  if (x.format() != SparseFormat::csc)
+    throw TypeError("columns(" + x.str() + "): slicing columns needs a CSC matrix (a CSR matrix slices its rows: rows(x, ...)) (at " +
+                    loc_str(loc) + ")");
+  return major_slice(x, start, stop, false, loc);
+}
+
+SparseVar row(const SparseVar& x, const Var& r, Loc loc) {
+  if (r.ndim() != 0) throw TypeError("row(" + x.str() + ", " + r.type().str() + "): the row must be a 0-d integer (at " + loc_str(loc) + ")");
+  if (x.format() != SparseFormat::csr)
+    throw TypeError("row(" + x.str() + "): taking a row needs a CSR matrix (at " + loc_str(loc) + ")");
+  return major_slice(x, r, r, true, loc);
 }
 
 Var sum(const SparseVar& x, Loc loc) { return sum(x.data(), {}, false, loc); }

@@ -83,6 +83,43 @@ class SparseReduce final : public Op {
   int64_t axis_;
 };
 
+// Segments [start, stop) of a pattern (rows of CSR, columns of CSC), bounds clamped as NumPy's
+// slices (negative counts from the end): inputs data, indices, indptr, start, stop (0-d i64);
+// outputs the slice's data, indices and indptr (from 0). Sizes depend on the values.
+class SparseMajorSlice final : public Op {
+ public:
+  // single: segment `start` alone (stop unused), which must exist (-n <= start < n), as NumPy's x[i].
+  explicit SparseMajorSlice(bool single = false) : single_(single) {}
+  bool single() const { return single_; }
+  std::string name() const override { return single_ ? "sparse_major_index" : "sparse_major_slice"; }
+  void params(OpParams& out) const override { out << single_; }
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
+  std::vector<int> needs_input_values() const override { return {2, 3, 4}; }
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+  bool may_fail_on_values() const override { return single_; }
+
+ private:
+  bool single_;
+};
+
+// The gradient of a slice's data: g placed where the slice's entries lie in the whole data, zero
+// elsewhere. Inputs g, data (for its length), indptr, start, stop.
+class SparseMajorSliceGrad final : public Op {
+ public:
+  explicit SparseMajorSliceGrad(bool single) : single_(single) {}
+  bool single() const { return single_; }
+  std::string name() const override { return "sparse_major_slice_grad"; }
+  void params(OpParams& out) const override { out << single_; }
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+  bool may_fail_on_values() const override { return false; }
+
+ private:
+  bool single_;
+};
+
 SparseFormat transposed(SparseFormat format);
 
 void add_sparse_kernels(KernelTable& table);
