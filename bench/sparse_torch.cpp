@@ -1,6 +1,6 @@
 // LibTorch's side of bench/sparse.sh (bench/sparse_common.hpp): the same products with LibTorch's
 // sparse CSR and COO tensors (each row reports the faster of the two, named), and the sparse
-// logistic regression training step with autograd (COO: torch::sparse::mm differentiates both
+// logistic regression training step with autograd (COO: torch::_sparse_mm, what torch.sparse.mm calls, differentiates both
 // operands). Usage: bench_sparse_torch THREADS
 #include <torch/torch.h>
 
@@ -56,7 +56,7 @@ void logistic_regression() {
   torch::Tensor w = torch::zeros({bench::kFeatures, 1}, torch::requires_grad()), b = torch::zeros({}, torch::requires_grad());
   double loss_value = 0;
   auto step = [&] {
-    const torch::Tensor p = torch::sigmoid(torch::sparse::mm(x, w) + b);
+    const torch::Tensor p = torch::sigmoid(torch::_sparse_mm(x, w) + b);
     const torch::Tensor loss = torch::binary_cross_entropy(p, y);
     loss.backward();
     torch::NoGradGuard no_grad;
