@@ -79,6 +79,19 @@ TEST(SparseOps, LargeProductsRunInParallelAndAgree) {
   set_num_threads(threads_before);
 }
 
+TEST(SparseOps, SinglePrecisionProductsInRegisterBlocksAndARemainder) {
+  // 70 columns: one block of 64 floats kept in registers, then 6 more; 1 column: the row sums.
+  const Tensor a = sparse_dense(9, 30, 24);
+  for (int64_t columns : {70, 1}) {
+    const Tensor d = random_tensor({30, columns}, f64, -1, 1, 25);
+    const std::vector<double> expected = dense_dot(a, d).to_vector<double>();
+    SparseVar x = csr_matrix("x", f32);
+    Var w = matrix("w", f32);
+    const SparseTensor value = sparse_from_dense(a.to(f32), SparseFormat::csr);
+    expect_values(function({x, w}, {dot(x, w)})(value, d.to(f32))[0], expected, 1e-5);
+  }
+}
+
 TEST(SparseOps, ProductsWhoseRowsOnlyTheShapeTellsAreSizedAtRunTime) {
   SparseVar r = csr_matrix("r", f64), c = csc_matrix("c", f64);
   Var w = matrix("w", f64);

@@ -317,6 +317,10 @@ std::pair<int64_t, int64_t> checked_dims(const std::string& op, SparseFormat for
 
 // The product's loops, compiled per instruction set (for_this_cpu); every operand by value.
 template <class T> struct SparseDotLoops {
+  // Four 64-byte vectors of product columns (64 floats, 32 doubles) stay in registers while a
+  // row's entries are added in; GCC's vector type is split into what the instruction set has.
+  using Vec [[gnu::vector_size(64)]] = T;
+  static constexpr int kLanes = 64 / sizeof(T), kVectors = 4, kBlock = kLanes * kVectors;
   Pattern p;
   const T* v;
   const T* d;
@@ -325,16 +329,38 @@ template <class T> struct SparseDotLoops {
 
   // CSR: row r of the product gathers the dense rows its entries name; rows are independent.
   void rows_range(int64_t r0, int64_t r1) const {
+    const bool unit = ocs == 1 && dcs == 1;
     for (int64_t r = r0; r < r1; ++r) {
+      const int64_t k0 = p.indptr[r], k1 = p.indptr[r + 1];
       T* orow = o + r * ors;
-      for (int64_t j = 0; j < n; ++j) orow[j * ocs] = T(0);
-      for (int64_t k = p.indptr[r]; k < p.indptr[r + 1]; ++k) {
+      if (unit && n == 1) {  // a matrix times a vector: one sum per row, kept in a register
+        T total = 0;
+        for (int64_t k = k0; k < k1; ++k) total += v[k * vs] * d[p.indices[k] * drs];
+        orow[0] = total;
+        continue;
+      }
+      int64_t j0 = 0;
+      if (unit) {
+        // Blocks of kBlock product columns accumulate in registers over the row's entries.
+        for (; j0 + kBlock <= n; j0 += kBlock) {
+          Vec acc[kVectors] = {};
+          for (int64_t k = k0; k < k1; ++k) {
+            const T x = v[k * vs];
+            const T* drow = d + p.indices[k] * drs + j0;
+            for (int q = 0; q < kVectors; ++q) {
+              Vec row_part;
+              std::memcpy(&row_part, drow + q * kLanes, sizeof(Vec));
+              acc[q] += x * row_part;
+            }
+          }
+          std::memcpy(orow + j0, acc, sizeof(acc));
+        }
+      }
+      for (int64_t j = j0; j < n; ++j) orow[j * ocs] = T(0);
+      for (int64_t k = k0; k < k1 && j0 < n; ++k) {
         const T x = v[k * vs];
         const T* drow = d + p.indices[k] * drs;
-        if (ocs == 1 && dcs == 1)
-          for (int64_t j = 0; j < n; ++j) orow[j] += x * drow[j];
-        else
-          for (int64_t j = 0; j < n; ++j) orow[j * ocs] += x * drow[j * dcs];
+        for (int64_t j = j0; j < n; ++j) orow[j * ocs] += x * drow[j * dcs];
       }
     }
   }
