@@ -332,3 +332,33 @@ TEST(SparseOps, SparseInputsTakeTheirPartsInAListOfTensors) {
   expect_values(out[0], {total}, 1e-12);
   EXPECT_EQ(x.str(), "csr f64 matrix x");
 }
+
+TEST(SparseOps, SharedSparseMatricesTakeStructuredStepsAndKeepBorrowRules) {
+  const Tensor a = sparse_dense(4, 3, 26), wv = random_tensor({3, 2}, f64, -1, 1, 27);
+  SparseShared x = sparse_shared(sparse_from_dense(a, SparseFormat::csr), "x");
+  EXPECT_EQ(x.data().name(), "x.data");
+  Var w = matrix("w", f64);
+  Var cost = sum(sqr(dot(x, w)));
+  const SparseVar g = structured_grad(cost, x);
+  Function step = function({w}, {cost}, {.updates = {{x.data(), x.data() - 0.1 * g.data()}}});
+  const SparseTensor before = x.get_value();
+  // The step's gradient at the stored entries, computed densely: d/dx[r,c] = sum_j 2 (x w)[r,j] w[c,j].
+  const std::vector<double> xw = dense_dot(a, wv).to_vector<double>(), wd = wv.to_vector<double>(), av = a.to_vector<double>();
+  std::vector<double> expected(12, 0.0);
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < 3; ++c)
+      if (av[r * 3 + c] != 0) expected[r * 3 + c] = av[r * 3 + c] - 0.1 * (2 * xw[r * 2] * wd[c * 2] + 2 * xw[r * 2 + 1] * wd[c * 2 + 1]);
+  step(wv);
+  const SparseTensor after = x.get_value();
+  expect_values(after.to_dense(), expected, 1e-12);
+  expect_values(after.indices(), before.indices().to_vector<double>(), 0);  // the pattern is kept
+  // borrow: the value's data is the variable's own buffer; without it, a copy.
+  EXPECT_EQ(x.get_value({.borrow = true}).data().raw_data(), x.data().get_value({.borrow = true}).raw_data());
+  EXPECT_NE(x.get_value().data().raw_data(), x.data().get_value({.borrow = true}).raw_data());
+  // A new pattern, of another number of entries: the function plans again.
+  const Tensor other = sparse_dense(4, 3, 28);
+  x.set_value(sparse_from_dense(other, SparseFormat::csr));
+  Function product = function({w}, {dot(x, w)});
+  expect_values(product(wv)[0], dense_dot(other, wv).to_vector<double>(), 1e-12);
+  expect_error<TypeError>([&] { x.set_value(sparse_from_dense(other, SparseFormat::csc)); }, {"csr f64 matrix", "csc", "to_csr"});
+}

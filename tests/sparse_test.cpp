@@ -111,3 +111,17 @@ TEST(Sparse, BadPartsAreErrorsThatNameTheArrayThePositionAndTheValue) {
   expect_error<ShapeError>([&] { SparseTensor::csr(Tensor::zeros({3, 1}), i64s({0, 1, 2}), i64s({0, 1, 2, 3}), {3, 3}); },
                            {"data must be 1-D", "f32(3,1)"});
 }
+
+TEST(Sparse, BorrowKeepsThePartsGivenWhenTheyAreWhatTheMatrixHolds) {
+  const Tensor data = Tensor::from(std::vector<float>{1, 2, 3, 4, 5}), indices = Tensor::from(std::vector<int64_t>{0, 2, 2, 0, 1}),
+               indptr = Tensor::from(std::vector<int64_t>{0, 2, 3, 5});
+  const SparseTensor kept = SparseTensor::csr(data, indices, indptr, {3, 3}, {.borrow = true});
+  EXPECT_EQ(kept.data().raw_data(), data.raw_data());
+  EXPECT_EQ(kept.indices().raw_data(), indices.raw_data());
+  const SparseTensor copied = SparseTensor::csr(data, indices, indptr, {3, 3});
+  EXPECT_NE(copied.data().raw_data(), data.raw_data());
+  // i32 indices are converted to i64 even when borrowed; the checks run either way.
+  const SparseTensor converted = SparseTensor::csr(data, indices.to(DType::i32), indptr, {3, 3}, {.borrow = true});
+  EXPECT_EQ(converted.indices().dtype(), DType::i64);
+  expect_error<ShapeError>([&] { SparseTensor::csr(data, indices, indptr, {3, 2}, {.borrow = true}); }, {"out of range"});
+}

@@ -16,6 +16,11 @@ const char* sparse_format_name(SparseFormat format);  // "csr", "csc"
 // entry stored twice counts as the sum of both (as SciPy's). The three tensors are owned copies:
 // data is 1-D of any dtype, indices and indptr are i64. Building checks every index: a bad one is
 // a ShapeError naming the array, the position and the value.
+// borrow: the matrix keeps the parts given, without copying them, when they are already what it
+// would hold (contiguous; indices and indptr i64), as a shared variable's borrow does; a change
+// of one of them is then a change of the matrix (and must keep it valid). Otherwise they are copied.
+struct SparseOptions { bool borrow = false; };
+
 class SparseTensor {
  public:
   SparseTensor() = default;
@@ -23,6 +28,10 @@ class SparseTensor {
                           Loc loc = Loc::current());
   static SparseTensor csc(const Tensor& data, const Tensor& indices, const Tensor& indptr, Shape shape,
                           Loc loc = Loc::current());
+  static SparseTensor csr(const Tensor& data, const Tensor& indices, const Tensor& indptr, Shape shape,
+                          SparseOptions options, Loc loc = Loc::current());
+  static SparseTensor csc(const Tensor& data, const Tensor& indices, const Tensor& indptr, Shape shape,
+                          SparseOptions options, Loc loc = Loc::current());
 
   bool defined() const { return data_.defined(); }
   SparseFormat format() const { return format_; }
@@ -44,7 +53,7 @@ class SparseTensor {
 
  private:
   static SparseTensor make(SparseFormat format, const Tensor& data, const Tensor& indices, const Tensor& indptr,
-                           Shape shape, const Loc& loc);
+                           Shape shape, SparseOptions options, const Loc& loc);
   SparseFormat format_ = SparseFormat::csr;
   Shape shape_;
   Tensor data_, indices_, indptr_;

@@ -39,6 +39,31 @@ SparseVar csr_matrix(const std::string& name = "", DType dtype = DType::f32);
 SparseVar csc_matrix(const std::string& name = "", DType dtype = DType::f32);
 SparseVar sparse_constant(const SparseTensor& value, const std::string& name = "");
 
+// A sparse shared variable: its four parts are shared variables (Shared's borrow rules hold for
+// each), used in graphs as var(). Updates name the parts: {x.data(), x.data() - rate * g.data()}
+// keeps the pattern (a structured step); replacing the pattern means set_value.
+class SparseShared {
+ public:
+  SparseShared() = default;
+  SparseShared(SparseFormat format, Shared data, Shared indices, Shared indptr, Shared shape);
+  SparseVar var() const;
+  operator SparseVar() const { return var(); }  // NOLINT: usable wherever a SparseVar is
+  SparseFormat format() const { return format_; }
+  const Shared& data() const { return data_; }
+  const Shared& indices() const { return indices_; }
+  const Shared& indptr() const { return indptr_; }
+  const Shared& shape() const { return shape_; }
+  // The value, checked; with borrow, its parts are the variables' own buffers (no copy).
+  SparseTensor get_value(GetValueOptions options = {}, Loc loc = Loc::current()) const;
+  // A new value of the same format and dtype; its pattern and shape may differ.
+  void set_value(const SparseTensor& value, SetValueOptions options = {});
+
+ private:
+  SparseFormat format_ = SparseFormat::csr;
+  Shared data_, indices_, indptr_, shape_;
+};
+SparseShared sparse_shared(const SparseTensor& value, const std::string& name = "", SharedOptions options = {});
+
 // The dense matrix (repeated entries summed).
 Var dense(const SparseVar& x, Loc loc = Loc::current());
 // The transpose: CSR becomes CSC of the same parts, and back; nothing moves.

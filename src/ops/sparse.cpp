@@ -639,6 +639,46 @@ SparseVar sparse_constant(const SparseTensor& value, const std::string& name) {
                    constant(value.indptr(), base + "indptr"), constant(shape, base + "shape"));
 }
 
+SparseShared::SparseShared(SparseFormat format, Shared data, Shared indices, Shared indptr, Shared shape)
+    : format_(format), data_(std::move(data)), indices_(std::move(indices)), indptr_(std::move(indptr)), shape_(std::move(shape)) {
+  var();  // checks the parts' types
+}
+
+SparseVar SparseShared::var() const { return SparseVar(format_, data_, indices_, indptr_, shape_); }
+
+SparseTensor SparseShared::get_value(GetValueOptions options, Loc loc) const {
+  const GetValueOptions part{.borrow = options.borrow};
+  const Tensor shape = shape_.get_value({.borrow = true}, loc);
+  const std::vector<int64_t> dims = shape.to_vector<int64_t>();
+  if (dims.size() != 2) throw ShapeError("SparseShared::get_value: the shape variable holds " + shape.str() + ", not 2 dimensions");
+  const SparseOptions sparse{.borrow = options.borrow};
+  const Tensor data = data_.get_value(part, loc), indices = indices_.get_value(part, loc), indptr = indptr_.get_value(part, loc);
+  return format_ == SparseFormat::csr ? SparseTensor::csr(data, indices, indptr, {dims[0], dims[1]}, sparse, loc)
+                                      : SparseTensor::csc(data, indices, indptr, {dims[0], dims[1]}, sparse, loc);
+}
+
+void SparseShared::set_value(const SparseTensor& value, SetValueOptions options) {
+  if (!value.defined()) throw TypeError("SparseShared::set_value: the value is empty (a default-made SparseTensor)");
+  if (value.format() != format_ || value.dtype() != data_.dtype())
+    throw TypeError(std::string("SparseShared::set_value: the variable holds a ") + sparse_format_name(format_) + " " +
+                    dtype_name(data_.dtype()) + " matrix, the value is " + value.str() +
+                    "; convert it (to_csr/to_csc, or its data with .to(dtype)) first");
+  // The parts are set together: the value was checked as a whole when it was made.
+  const std::vector<Tensor> parts = sparse_parts(value);
+  data_.set_value(parts[0], options);
+  indices_.set_value(parts[1], options);
+  indptr_.set_value(parts[2], options);
+  shape_.set_value(parts[3]);
+}
+
+SparseShared sparse_shared(const SparseTensor& value, const std::string& name, SharedOptions options) {
+  if (!value.defined()) throw TypeError("sparse_shared: the value is empty (a default-made SparseTensor)");
+  const std::string base = name.empty() ? std::string() : name + ".";
+  const std::vector<Tensor> parts = sparse_parts(value);
+  return SparseShared(value.format(), shared(parts[0], base + "data", options), shared(parts[1], base + "indices", options),
+                      shared(parts[2], base + "indptr", options), shared(parts[3], base + "shape"));
+}
+
 Var dense(const SparseVar& x, Loc loc) { return apply1(std::make_shared<SparseReduce>(x.format(), -1), parts(x), loc); }
 
 SparseVar transpose(const SparseVar& x, Loc loc) {

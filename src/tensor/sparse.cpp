@@ -78,15 +78,25 @@ SparseTensor compress(SparseFormat format, const std::vector<Entry>& entries, co
 const char* sparse_format_name(SparseFormat format) { return format == SparseFormat::csr ? "csr" : "csc"; }
 
 SparseTensor SparseTensor::csr(const Tensor& data, const Tensor& indices, const Tensor& indptr, Shape shape, Loc loc) {
-  return make(SparseFormat::csr, data, indices, indptr, std::move(shape), loc);
+  return make(SparseFormat::csr, data, indices, indptr, std::move(shape), {}, loc);
 }
 
 SparseTensor SparseTensor::csc(const Tensor& data, const Tensor& indices, const Tensor& indptr, Shape shape, Loc loc) {
-  return make(SparseFormat::csc, data, indices, indptr, std::move(shape), loc);
+  return make(SparseFormat::csc, data, indices, indptr, std::move(shape), {}, loc);
+}
+
+SparseTensor SparseTensor::csr(const Tensor& data, const Tensor& indices, const Tensor& indptr, Shape shape,
+                               SparseOptions options, Loc loc) {
+  return make(SparseFormat::csr, data, indices, indptr, std::move(shape), options, loc);
+}
+
+SparseTensor SparseTensor::csc(const Tensor& data, const Tensor& indices, const Tensor& indptr, Shape shape,
+                               SparseOptions options, Loc loc) {
+  return make(SparseFormat::csc, data, indices, indptr, std::move(shape), options, loc);
 }
 
 SparseTensor SparseTensor::make(SparseFormat format, const Tensor& data, const Tensor& indices, const Tensor& indptr,
-                                Shape shape, const Loc& loc) {
+                                Shape shape, SparseOptions options, const Loc& loc) {
   const std::string op = std::string("SparseTensor::") + sparse_format_name(format);
   const std::string at = " (at " + loc_str(loc) + ")";
   if (shape.size() != 2 || shape[0] < 0 || shape[1] < 0)
@@ -127,9 +137,12 @@ SparseTensor SparseTensor::make(SparseFormat format, const Tensor& data, const T
   SparseTensor s;
   s.format_ = format;
   s.shape_ = std::move(shape);
-  s.data_ = data.clone();
-  s.indices_ = Tensor::from(minor_indices);
-  s.indptr_ = Tensor::from(pointers);
+  auto kept_as_given = [&](const Tensor& t, bool index) {
+    return options.borrow && t.is_contiguous() && (!index || t.dtype() == DType::i64);
+  };
+  s.data_ = kept_as_given(data, false) ? data.alias() : data.clone();
+  s.indices_ = kept_as_given(indices, true) ? indices.alias() : Tensor::from(minor_indices);
+  s.indptr_ = kept_as_given(indptr, true) ? indptr.alias() : Tensor::from(pointers);
   s.sorted_ = sorted;
   return s;
 }
