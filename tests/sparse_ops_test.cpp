@@ -362,3 +362,59 @@ TEST(SparseOps, SharedSparseMatricesTakeStructuredStepsAndKeepBorrowRules) {
   expect_values(product(wv)[0], dense_dot(other, wv).to_vector<double>(), 1e-12);
   expect_error<TypeError>([&] { x.set_value(sparse_from_dense(other, SparseFormat::csc)); }, {"csr f64 matrix", "csc", "to_csr"});
 }
+
+TEST(SparseOps, SumsDifferencesAndStacksOfSparseMatrices) {
+  const Tensor a = sparse_dense(4, 3, 29), b = sparse_dense(4, 3, 30), c = sparse_dense(2, 3, 31), e = sparse_dense(4, 5, 32);
+  const std::vector<double> av = a.to_vector<double>(), bv = b.to_vector<double>(), cv = c.to_vector<double>(), ev = e.to_vector<double>();
+  std::vector<double> sum_ab(12), diff_ab(12), below(av), beside;
+  for (int i = 0; i < 12; ++i) sum_ab[i] = av[i] + bv[i], diff_ab[i] = av[i] - bv[i];
+  below.insert(below.end(), cv.begin(), cv.end());
+  for (int r = 0; r < 4; ++r) {
+    beside.insert(beside.end(), av.begin() + r * 3, av.begin() + r * 3 + 3);
+    beside.insert(beside.end(), ev.begin() + r * 5, ev.begin() + r * 5 + 5);
+  }
+  for (SparseFormat format : kFormats) {
+    SCOPED_TRACE(sparse_format_name(format));
+    SparseVar x = sparse_input(format, "x"), y = sparse_input(format, "y"), z = sparse_input(format, "z"), u = sparse_input(format, "u");
+    Var x_plus_y = dense(x + y);  const int sum_line = __LINE__;
+    Function f = function({x, y, z, u}, {x_plus_y, dense(x - y), dense(vstack({x, z})), dense(hstack({x, u})), sum(vstack({x, z, x}))});
+    const std::vector<Tensor> out =
+        f(sparse_from_dense(a, format), sparse_from_dense(b, format), sparse_from_dense(c, format), sparse_from_dense(e, format));
+    expect_values(out[0], sum_ab, 1e-12);
+    expect_values(out[1], diff_ab, 1e-12);
+    EXPECT_EQ(out[2].shape(), (Shape{6, 3}));
+    expect_values(out[2], below, 1e-12);
+    EXPECT_EQ(out[3].shape(), (Shape{4, 8}));
+    expect_values(out[3], beside, 1e-12);
+    double total = 0;
+    for (double v : av) total += 2 * v;
+    for (double v : cv) total += v;
+    expect_values(out[4], {total}, 1e-12);
+    // Gradients with respect to both operands' data, of every kind of join.
+    const SparseTensor va = sparse_from_dense(a, format), vb = sparse_from_dense(b, format), vc = sparse_from_dense(c, format),
+                       ve = sparse_from_dense(e, format);
+    const Tensor w = random_tensor({3, 2}, f64, -1, 1, 33), w8 = random_tensor({8, 2}, f64, -1, 1, 34);
+    verify_grad([&](std::vector<Var> v) { return tanh(dot(with_pattern(v[0], va) - with_pattern(v[1], vb) * 2.0, constant(w))); },
+                {va.data(), vb.data()});
+    verify_grad([&](std::vector<Var> v) { return sqr(dot(vstack({with_pattern(v[0], va), with_pattern(v[1], vc)}), constant(w))); },
+                {va.data(), vc.data()});
+    verify_grad([&](std::vector<Var> v) { return sqr(dot(hstack({with_pattern(v[0], va), with_pattern(v[1], ve)}), constant(w8))); },
+                {va.data(), ve.data()});
+    // Mismatched shapes, at run time.
+    // CSR finds it running (same rows, other columns), CSC when planning (other numbers of columns);
+    // either way the message names the line that wrote x + y.
+    const std::vector<std::string> mismatch = format == SparseFormat::csr
+                                                  ? std::vector<std::string>{"sparse_add{csr}", "(4, 3) and (4, 5)", "equal shapes"}
+                                                  : std::vector<std::string>{"sparse_add{csc}", "3 and 5 columns"};
+    expect_error<ShapeError>([&] { f(sparse_from_dense(a, format), sparse_from_dense(e, format), sparse_from_dense(c, format), sparse_from_dense(e, format)); },
+                             mismatch);
+    try {
+      f(sparse_from_dense(a, format), sparse_from_dense(e, format), sparse_from_dense(c, format), sparse_from_dense(e, format));
+    } catch (const ShapeError& error) {
+      EXPECT_NE(std::string(error.what()).find("sparse_ops_test.cpp:" + std::to_string(sum_line)), std::string::npos) << error.what();
+    }
+    expect_error<ShapeError>([&] { f(sparse_from_dense(a, format), sparse_from_dense(b, format), sparse_from_dense(e, format), sparse_from_dense(e, format)); },
+                             {"vstack", "columns"});
+  }
+  expect_error<TypeError>([&] { csr_matrix("p", f64) + csc_matrix("q", f64); }, {"one format", "transpose"});
+}

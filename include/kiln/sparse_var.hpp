@@ -1,8 +1,10 @@
 #pragma once
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "kiln/graph.hpp"
+#include "kiln/ops.hpp"
 #include "kiln/sparse.hpp"
 
 namespace kiln {
@@ -64,6 +66,28 @@ class SparseShared {
 };
 SparseShared sparse_shared(const SparseTensor& value, const std::string& name = "", SharedOptions options = {});
 
+// A sparse operand of +, - and *, with the line that wrote the expression (as Operand for dense
+// values).
+struct SparseOperand {
+  SparseOperand(const SparseVar& x, Loc loc = Loc::current()) : var(x), loc(loc) {}  // NOLINT
+  SparseOperand(const SparseShared& x, Loc loc = Loc::current()) : var(x.var()), loc(loc) {}  // NOLINT
+  SparseVar var;
+  Loc loc;
+};
+// -x; a + b and a - b of two sparse matrices of one format: sparse, each segment storing a's
+// entries then b's (repeats count as their sum).
+SparseVar operator-(const SparseOperand& x);
+SparseVar operator+(const SparseOperand& a, const SparseOperand& b);
+SparseVar operator-(const SparseOperand& a, const SparseOperand& b);
+// x times a dense value, elementwise with NumPy broadcasting (a scalar, a vector of x's columns, a
+// column of its rows, or a matrix of its shape): only the stored entries are computed, and the
+// result keeps x's pattern.
+SparseVar operator*(const SparseOperand& x, const Operand& dense_value);
+SparseVar operator*(const Operand& dense_value, const SparseOperand& x);
+// x + a dense value: dense, as NumPy's sum of a sparse and a dense matrix.
+Var operator+(const SparseOperand& x, const Operand& dense_value);
+Var operator+(const Operand& dense_value, const SparseOperand& x);
+
 // The dense matrix (repeated entries summed).
 Var dense(const SparseVar& x, Loc loc = Loc::current());
 // The transpose: CSR becomes CSC of the same parts, and back; nothing moves.
@@ -73,18 +97,9 @@ SparseVar transpose(const SparseVar& x, Loc loc = Loc::current());
 SparseVar structured(const SparseVar& x, const std::function<Var(const Var&)>& fn, Loc loc = Loc::current());
 // The same with one of kiln's unary functions by name: structured(x, exp).
 SparseVar structured(const SparseVar& x, Var (*fn)(const Var&, Loc), Loc loc = Loc::current());
-SparseVar operator-(const SparseVar& x);
-// x times a dense value, elementwise with NumPy broadcasting (a scalar, a vector of x's columns, a
-// column of its rows, or a matrix of its shape): only the stored entries are computed, and the
-// result keeps x's pattern.
-SparseVar operator*(const SparseVar& x, const Var& dense_value);
-SparseVar operator*(const Var& dense_value, const SparseVar& x);
 // Row r multiplied by s[r]; column c by s[c] (Theano's row_scale, col_scale).
 SparseVar row_scale(const SparseVar& x, const Var& s, Loc loc = Loc::current());
 SparseVar col_scale(const SparseVar& x, const Var& s, Loc loc = Loc::current());
-// x + a dense value: dense, as NumPy's sum of a sparse and a dense matrix.
-Var operator+(const SparseVar& x, const Var& dense_value);
-Var operator+(const Var& dense_value, const SparseVar& x);
 
 // Products with a dense matrix. CSR runs row-parallel; CSC (and dense x CSR) through the transposed
 // form. The gradient with respect to x.data() is structured (SciPy/Theano structured_dot): the
@@ -93,6 +108,11 @@ Var dot(const SparseVar& x, const Var& dense_matrix, Loc loc = Loc::current());
 Var dot(const Var& dense_matrix, const SparseVar& x, Loc loc = Loc::current());
 // p * (a . b^T) computed only at p's stored entries (a: m x k, b: n x k, p: m x n).
 SparseVar sampling_dot(const Var& a, const Var& b, const SparseVar& p, Loc loc = Loc::current());
+
+// Stacks of sparse matrices of one format: vstack puts the matrices' rows one after another,
+// hstack their columns (as SciPy's).
+SparseVar vstack(const std::vector<SparseVar>& xs, Loc loc = Loc::current());
+SparseVar hstack(const std::vector<SparseVar>& xs, Loc loc = Loc::current());
 
 // Rows [start, stop) of a CSR matrix, columns [start, stop) of a CSC one, bounds clamped and
 // counted from the end when negative as in NumPy; row(x, r): the 1 x cols matrix of row r. The

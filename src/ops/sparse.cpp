@@ -299,6 +299,67 @@ std::vector<Var> SparseMajorSliceGrad::L_op(const Node& node, const std::vector<
   return {sliced[0], Var(), Var(), Var(), Var(), Var()};
 }
 
+// ---- SparseJoin
+
+std::string SparseJoin::name() const {
+  const char* what = how_ == How::add ? "sparse_add" : how_ == How::stack_rows ? "sparse_vstack" : "sparse_hstack";
+  return with_format(what, format_);
+}
+
+std::vector<Type> SparseJoin::infer_types(const std::vector<Type>& in) const {
+  if (in.size() != 8) throw TypeError(name() + ": takes the parts of two sparse matrices (data, indices, indptr, shape each)");
+  for (size_t side : {0, 4}) {
+    expect_vector(name(), "data", in[side], true);
+    expect_vector(name(), "indices", in[side + 1], false);
+    expect_vector(name(), "indptr", in[side + 2], false);
+    expect_vector(name(), "shape", in[side + 3], false);
+  }
+  if (in[0].dtype != in[4].dtype) throw TypeError(name() + ": the two matrices hold " + in[0].str() + " and " + in[4].str() + " values");
+  return {in[0], in[1], in[2], in[3]};
+}
+
+std::vector<Shape> SparseJoin::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
+  for (size_t side : {0, 4})
+    if (in[side] != in[side + 1])
+      throw ShapeError(name() + ": data " + shape_str(in[side]) + " and indices " + shape_str(in[side + 1]) +
+                       " must have one entry per stored value");
+  const int64_t nnz = in[0][0] + in[4][0];
+  if (appends_segments()) return {{nnz}, {nnz}, {in[2][0] + in[6][0] - 1}, {2}};
+  if (in[2] != in[6])
+    throw ShapeError(name() + ": the matrices have " + std::to_string(in[2][0] - 1) + " and " + std::to_string(in[6][0] - 1) +
+                     (format_ == SparseFormat::csr ? " rows" : " columns") + "; they must have the same number");
+  return {{nnz}, {nnz}, in[2], {2}};
+}
+
+std::vector<Var> SparseJoin::L_op(const Node& node, const std::vector<Var>& g) const {
+  std::vector<Var> grads(8);
+  if (!g[0].defined()) return grads;
+  for (int side : {0, 1}) {
+    std::vector<Var> inputs{g[0]};
+    inputs.insert(inputs.end(), node.inputs.begin(), node.inputs.end());
+    grads[side * 4] = apply1(std::make_shared<SparseJoinSplit>(format_, how_, side), inputs, node.loc);
+  }
+  return grads;
+}
+
+std::vector<Type> SparseJoinSplit::infer_types(const std::vector<Type>& in) const {
+  if (in.size() != 9) throw TypeError(name() + ": takes g and the join's eight inputs");
+  return {in[1 + side_ * 4]};
+}
+
+std::vector<Shape> SparseJoinSplit::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
+  return {in[1 + side_ * 4]};
+}
+
+std::vector<Var> SparseJoinSplit::L_op(const Node& node, const std::vector<Var>& g) const {
+  std::vector<Var> inputs(node.inputs.begin() + 1, node.inputs.end());
+  inputs[0] = side_ == 0 ? g[0] : zeros_like(inputs[0], node.loc);
+  inputs[4] = side_ == 1 ? g[0] : zeros_like(inputs[4], node.loc);
+  std::vector<Var> grads(9);
+  grads[0] = apply(std::make_shared<SparseJoin>(join_.format(), join_.how()), inputs, node.loc)[0];
+  return grads;
+}
+
 // ---- kernels
 
 namespace {
@@ -586,6 +647,104 @@ class SparseMajorSliceGradKernel final : public KernelOf<SparseMajorSliceGrad> {
   }
 };
 
+// Both matrices of a join, checked: dimensions that agree for the join and valid patterns.
+struct JoinOperands {
+  int64_t a_rows, a_cols, b_rows, b_cols;
+  Pattern a, b;
+  int64_t minor_offset;  // added to b's indices
+};
+
+// The join's inputs are in[first] .. in[first + 7].
+JoinOperands join_operands(const SparseJoin& join, InputValues in, size_t first) {
+  const std::string op_name = join.name();
+  const SparseFormat format = join.format();
+  auto part = [&](size_t i) -> const Tensor& { return in[first + i]; };
+  const auto [ar, ac] = checked_dims(op_name, format, part(2), part(3));
+  const auto [br, bc] = checked_dims(op_name, format, part(6), part(7));
+  const bool rows_agree = ar == br, cols_agree = ac == bc;
+  const bool ok = join.how() == SparseJoin::How::add ? rows_agree && cols_agree
+                  : join.how() == SparseJoin::How::stack_rows ? cols_agree
+                                                              : rows_agree;
+  if (!ok)
+    throw ShapeError(op_name + ": shapes (" + std::to_string(ar) + ", " + std::to_string(ac) + ") and (" + std::to_string(br) + ", " +
+                     std::to_string(bc) + ") " +
+                     (join.how() == SparseJoin::How::add ? "differ; a sum needs equal shapes"
+                      : join.how() == SparseJoin::How::stack_rows ? "have different numbers of columns; vstack needs equal ones"
+                                                                  : "have different numbers of rows; hstack needs equal ones"));
+  const bool csr = format == SparseFormat::csr;
+  JoinOperands j{ar, ac, br, bc, checked_pattern(op_name, part(1), part(2), csr ? ac : ar),
+                 checked_pattern(op_name, part(5), part(6), csr ? bc : br), 0};
+  if (join.how() != SparseJoin::How::add && !join.appends_segments()) j.minor_offset = csr ? ac : ar;
+  return j;
+}
+
+class SparseJoinKernel final : public KernelOf<SparseJoin> {
+ public:
+  using KernelOf::KernelOf;
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
+    const JoinOperands j = join_operands(op(), in, 0);
+    int64_t* indices = out[1].data<int64_t>();
+    int64_t* indptr = out[2].data<int64_t>();
+    int64_t* shape = out[3].data<int64_t>();
+    const int64_t is = out[1].strides()[0], ps = out[2].strides()[0], ss = out[3].strides()[0];
+    const bool rows = op().how() == SparseJoin::How::stack_rows, columns = op().how() == SparseJoin::How::stack_columns;
+    shape[0] = rows ? j.a_rows + j.b_rows : j.a_rows;
+    shape[ss] = columns ? j.a_cols + j.b_cols : j.a_cols;
+    dispatch_float(in[0].dtype(), "sparse_join", [&](auto zero) {
+      using T = decltype(zero);
+      const T* av = in[0].data<T>();
+      const T* bv = in[4].data<T>();
+      T* data = out[0].data<T>();
+      const int64_t as = in[0].strides()[0], bs = in[4].strides()[0], ds = out[0].strides()[0];
+      int64_t at = 0;
+      auto put = [&](T value, int64_t index) {
+        data[at * ds] = value;
+        indices[at * is] = index;
+        ++at;
+      };
+      if (op().appends_segments()) {
+        for (int64_t k = 0; k < j.a.nnz; ++k) put(av[k * as], j.a.indices[k]);
+        for (int64_t k = 0; k < j.b.nnz; ++k) put(bv[k * bs], j.b.indices[k]);
+        for (int64_t m = 0; m <= j.a.n_major; ++m) indptr[m * ps] = j.a.indptr[m];
+        for (int64_t m = 1; m <= j.b.n_major; ++m) indptr[(j.a.n_major + m) * ps] = j.a.nnz + j.b.indptr[m];
+        return;
+      }
+      indptr[0] = 0;
+      for (int64_t m = 0; m < j.a.n_major; ++m) {
+        for (int64_t k = j.a.indptr[m]; k < j.a.indptr[m + 1]; ++k) put(av[k * as], j.a.indices[k]);
+        for (int64_t k = j.b.indptr[m]; k < j.b.indptr[m + 1]; ++k) put(bv[k * bs], j.b.indices[k] + j.minor_offset);
+        indptr[(m + 1) * ps] = at;
+      }
+    });
+  }
+};
+
+class SparseJoinSplitKernel final : public KernelOf<SparseJoinSplit> {
+ public:
+  using KernelOf::KernelOf;
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
+    const JoinOperands j = join_operands(op().join(), in, 1);
+    const int side = op().side();
+    dispatch_float(in[0].dtype(), "sparse_join_split", [&](auto zero) {
+      using T = decltype(zero);
+      const T* g = in[0].data<T>();
+      T* o = out[0].data<T>();
+      const int64_t gs = in[0].strides()[0], os = out[0].strides()[0];
+      if (op().join().appends_segments()) {
+        const int64_t first = side == 0 ? 0 : j.a.nnz, count = side == 0 ? j.a.nnz : j.b.nnz;
+        for (int64_t k = 0; k < count; ++k) o[k * os] = g[(first + k) * gs];
+        return;
+      }
+      const Pattern& mine = side == 0 ? j.a : j.b;
+      for (int64_t m = 0; m < mine.n_major; ++m) {
+        // The joined segment m starts at a's start plus b's, and holds a's entries first.
+        const int64_t joined = j.a.indptr[m] + j.b.indptr[m] + (side == 0 ? 0 : j.a.indptr[m + 1] - j.a.indptr[m]);
+        for (int64_t k = mine.indptr[m]; k < mine.indptr[m + 1]; ++k) o[k * os] = g[(joined + k - mine.indptr[m]) * gs];
+      }
+    });
+  }
+};
+
 }  // namespace
 
 void add_sparse_kernels(KernelTable& table) {
@@ -595,6 +754,8 @@ void add_sparse_kernels(KernelTable& table) {
   table.add<SparseReduce, SparseReduceKernel>();
   table.add<SparseMajorSlice, SparseMajorSliceKernel>();
   table.add<SparseMajorSliceGrad, SparseMajorSliceGradKernel>();
+  table.add<SparseJoin, SparseJoinKernel>();
+  table.add<SparseJoinSplit, SparseJoinSplitKernel>();
 }
 
 // ---- the public operations
@@ -698,38 +859,44 @@ SparseVar structured(const SparseVar& x, Var (*fn)(const Var&, Loc), Loc loc) {
   return structured(x, [&](const Var& v) { return fn(v, loc); }, loc);
 }
 
-SparseVar operator-(const SparseVar& x) {
-  return structured(x, [](const Var& v) { return -v; });
+SparseVar operator-(const SparseOperand& x) {
+  return structured(x.var, [&](const Var& v) { return -Operand(v, x.loc); }, x.loc);
 }
 
-SparseVar operator*(const SparseVar& x, const Var& dense_value) {
-  if (dense_value.ndim() == 0) return structured(x, [&](const Var& v) { return v * dense_value; });
-  if (dense_value.ndim() > 2)
+SparseVar operator*(const SparseOperand& operand, const Operand& dense_value) {
+  const SparseVar& x = operand.var;
+  const Var& v = dense_value.var;
+  const Loc& loc = operand.loc;
+  if (v.ndim() == 0) return structured(x, [&](const Var& stored) { return Operand(stored, loc) * Operand(v, loc); }, loc);
+  if (v.ndim() > 2)
     throw TypeError("sparse * value: the value must have at most 2 dimensions to broadcast against " + x.str() + ", got " +
-                    dense_value.type().str());
-  const Loc loc = Loc::current();
-  const Var matrix_value = dense_value.ndim() == 1 ? dimshuffle(dense_value, {-1, 0}, loc) : dense_value;
-  const DType dtype = result_dtype({x.data(), dense_value});
+                    v.type().str() + " (at " + loc_str(loc) + ")");
+  const Var matrix_value = v.ndim() == 1 ? dimshuffle(v, {-1, 0}, loc) : v;
+  const DType dtype = result_dtype({x.data(), v});
   const DType float_dtype = is_float(dtype) ? dtype : DType::f64;
   const Var at_entries = apply1(std::make_shared<SparseGather>(x.format()),
                                 {cast(matrix_value, float_dtype, loc), x.indices(), x.indptr(), x.shape()}, loc);
-  return SparseVar(x.format(), cast(x.data(), float_dtype, loc) * at_entries, x.indices(), x.indptr(), x.shape());
+  return SparseVar(x.format(), Operand(cast(x.data(), float_dtype, loc), loc) * Operand(at_entries, loc), x.indices(), x.indptr(), x.shape(), loc);
 }
 
-SparseVar operator*(const Var& dense_value, const SparseVar& x) { return x * dense_value; }
+SparseVar operator*(const Operand& dense_value, const SparseOperand& x) { return x * dense_value; }
 
 SparseVar row_scale(const SparseVar& x, const Var& s, Loc loc) {
   if (s.ndim() != 1) throw TypeError("row_scale(" + x.str() + ", " + s.type().str() + "): s must be a vector, one value per row (at " + loc_str(loc) + ")");
-  return x * dimshuffle(s, {0, -1}, loc);
+  return SparseOperand(x, loc) * Operand(dimshuffle(s, {0, -1}, loc), loc);
 }
 
 SparseVar col_scale(const SparseVar& x, const Var& s, Loc loc) {
   if (s.ndim() != 1) throw TypeError("col_scale(" + x.str() + ", " + s.type().str() + "): s must be a vector, one value per column (at " + loc_str(loc) + ")");
-  return x * dimshuffle(s, {-1, 0}, loc);
+  return SparseOperand(x, loc) * Operand(dimshuffle(s, {-1, 0}, loc), loc);
 }
 
-Var operator+(const SparseVar& x, const Var& dense_value) { return dense(x) + dense_value; }
-Var operator+(const Var& dense_value, const SparseVar& x) { return dense_value + dense(x); }
+Var operator+(const SparseOperand& x, const Operand& dense_value) {
+  return Operand(dense(x.var, x.loc), x.loc) + Operand(dense_value.var, x.loc);
+}
+Var operator+(const Operand& dense_value, const SparseOperand& x) {
+  return Operand(dense_value.var, x.loc) + Operand(dense(x.var, x.loc), x.loc);
+}
 
 Var dot(const SparseVar& x, const Var& dense_matrix, Loc loc) {
   if (dense_matrix.ndim() != 2 || !(is_float(dense_matrix.dtype()) || dense_matrix.dtype() == DType::i32 || dense_matrix.dtype() == DType::i64))
@@ -785,6 +952,43 @@ SparseVar row(const SparseVar& x, const Var& r, Loc loc) {
   if (x.format() != SparseFormat::csr)
     throw TypeError("row(" + x.str() + "): taking a row needs a CSR matrix (at " + loc_str(loc) + ")");
   return major_slice(x, r, r, true, loc);
+}
+
+namespace {
+
+SparseVar joined(const SparseVar& a, const SparseVar& b, SparseJoin::How how, const char* what, const Loc& loc) {
+  if (a.format() != b.format())
+    throw TypeError(std::string(what) + "(" + a.str() + ", " + b.str() + "): the matrices must have one format; "
+                    "transpose(x) turns CSR into CSC of the transposed matrix (at " + loc_str(loc) + ")");
+  const DType dtype = result_dtype({a.data(), b.data()});
+  const std::vector<Var> out = apply(std::make_shared<SparseJoin>(a.format(), how),
+                                     {cast(a.data(), dtype, loc), a.indices(), a.indptr(), a.shape(), cast(b.data(), dtype, loc),
+                                      b.indices(), b.indptr(), b.shape()},
+                                     loc);
+  return SparseVar(a.format(), out[0], out[1], out[2], out[3], loc);
+}
+
+}  // namespace
+
+SparseVar operator+(const SparseOperand& a, const SparseOperand& b) {
+  return joined(a.var, b.var, SparseJoin::How::add, "sparse + sparse", a.loc);
+}
+SparseVar operator-(const SparseOperand& a, const SparseOperand& b) {
+  return joined(a.var, -SparseOperand(b.var, a.loc), SparseJoin::How::add, "sparse - sparse", a.loc);
+}
+
+SparseVar vstack(const std::vector<SparseVar>& xs, Loc loc) {
+  if (xs.empty()) throw TypeError("vstack: needs at least one sparse matrix (at " + loc_str(loc) + ")");
+  SparseVar out = xs[0];
+  for (size_t i = 1; i < xs.size(); ++i) out = joined(out, xs[i], SparseJoin::How::stack_rows, "vstack", loc);
+  return out;
+}
+
+SparseVar hstack(const std::vector<SparseVar>& xs, Loc loc) {
+  if (xs.empty()) throw TypeError("hstack: needs at least one sparse matrix (at " + loc_str(loc) + ")");
+  SparseVar out = xs[0];
+  for (size_t i = 1; i < xs.size(); ++i) out = joined(out, xs[i], SparseJoin::How::stack_columns, "hstack", loc);
+  return out;
 }
 
 Var sum(const SparseVar& x, Loc loc) { return sum(x.data(), {}, false, loc); }

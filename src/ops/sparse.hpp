@@ -120,6 +120,50 @@ class SparseMajorSliceGrad final : public Op {
   bool single_;
 };
 
+// Two sparse matrices of one format joined into one: inputs a's parts then b's (data, indices,
+// indptr, shape each); outputs data, indices, indptr, shape. `how`: add (the sum, equal shapes;
+// each segment holds a's entries then b's, repeats summed as everywhere), or stack along `axis`
+// (0: b's rows below a's, 1: b's columns right of a's). All sizes follow from the inputs' shapes.
+class SparseJoin final : public Op {
+ public:
+  enum class How { add, stack_rows, stack_columns };
+  SparseJoin(SparseFormat format, How how) : format_(format), how_(how) {}
+  SparseFormat format() const { return format_; }
+  How how() const { return how_; }
+  // Whether b's segments follow a's (stacking along the compressed axis) rather than each of a's
+  // segments being followed by b's same segment.
+  bool appends_segments() const { return (how_ == How::stack_rows) == (format_ == SparseFormat::csr) && how_ != How::add; }
+  void params(OpParams& out) const override { out << format_ << how_; }
+  std::string name() const override;
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+  bool checks_values_before_writing() const override { return true; }
+
+ private:
+  SparseFormat format_;
+  How how_;
+};
+
+// The gradient of a SparseJoin with respect to one side's data: the joined data's gradient g, the
+// entries that came from that side. Inputs g, then the join's eight inputs.
+class SparseJoinSplit final : public Op {
+ public:
+  SparseJoinSplit(SparseFormat format, SparseJoin::How how, int side) : join_(format, how), side_(side) {}
+  const SparseJoin& join() const { return join_; }
+  int side() const { return side_; }
+  void params(OpParams& out) const override { out << join_.format() << join_.how() << side_; }
+  std::string name() const override { return join_.name() + "_split{" + std::to_string(side_) + "}"; }
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+  bool checks_values_before_writing() const override { return true; }
+
+ private:
+  SparseJoin join_;
+  int side_;
+};
+
 SparseFormat transposed(SparseFormat format);
 
 void add_sparse_kernels(KernelTable& table);
