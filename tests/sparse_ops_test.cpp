@@ -418,3 +418,24 @@ TEST(SparseOps, SumsDifferencesAndStacksOfSparseMatrices) {
   }
   expect_error<TypeError>([&] { csr_matrix("p", f64) + csc_matrix("q", f64); }, {"one format", "transpose"});
 }
+
+TEST(SparseOps, ConversionBetweenTheFormsInsideAGraph) {
+  // Unsorted indices and a repeat in row 0 (column 2 stored twice): the converted matrix is the
+  // same, with sorted indices.
+  const SparseTensor unsorted = SparseTensor::csr(Tensor::from(std::vector<double>{1, 2, 3, 4, 5}),
+                                                  Tensor::from(std::vector<int64_t>{2, 0, 2, 1, 0}),
+                                                  Tensor::from(std::vector<int64_t>{0, 3, 3, 5}), {3, 3});
+  const std::vector<double> expected = unsorted.to_dense().to_vector<double>();
+  SparseVar x = csr_matrix("x", f64);
+  const SparseVar c = to_csc(x);
+  EXPECT_EQ(c.format(), SparseFormat::csc);
+  EXPECT_EQ(to_csr(c).format(), SparseFormat::csr);
+  const std::vector<Tensor> out = function({x}, {dense(c), dense(to_csr(c)), c.indices(), c.indptr()})(unsorted);
+  expect_values(out[0], expected, 0);
+  expect_values(out[1], expected, 0);
+  expect_values(out[2], {0, 2, 2, 0, 0}, 0);  // column 0: rows 0 and 2; column 1: row 2; column 2: row 0 twice
+  expect_values(out[3], {0, 2, 3, 5}, 0);
+  const SparseTensor value = sparse_from_dense(sparse_dense(5, 4, 35), SparseFormat::csr);
+  const Tensor w = random_tensor({4, 3}, f64, -1, 1, 36);
+  verify_grad([&](std::vector<Var> v) { return sqr(dot(to_csc(with_pattern(v[0], value)), constant(w))); }, {value.data()});
+}

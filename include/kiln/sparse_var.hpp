@@ -92,6 +92,10 @@ Var operator+(const Operand& dense_value, const SparseOperand& x);
 Var dense(const SparseVar& x, Loc loc = Loc::current());
 // The transpose: CSR becomes CSC of the same parts, and back; nothing moves.
 SparseVar transpose(const SparseVar& x, Loc loc = Loc::current());
+// The same matrix in the other format (x itself when it has that one already); the result's
+// indices are sorted. The gradient flows back to x's data.
+SparseVar to_csr(const SparseVar& x, Loc loc = Loc::current());
+SparseVar to_csc(const SparseVar& x, Loc loc = Loc::current());
 // fn applied to the stored entries only (Theano's structured functions: structured(x, sigmoid));
 // fn must be elementwise. The pattern is kept: fn(0) is not added where nothing is stored.
 SparseVar structured(const SparseVar& x, const std::function<Var(const Var&)>& fn, Loc loc = Loc::current());

@@ -360,6 +360,28 @@ std::vector<Var> SparseJoinSplit::L_op(const Node& node, const std::vector<Var>&
   return grads;
 }
 
+// ---- SparseConvert
+
+std::string SparseConvert::name() const {
+  return std::string("sparse_convert{") + sparse_format_name(from_) + "->" + sparse_format_name(transposed(from_)) + "}";
+}
+
+std::vector<Type> SparseConvert::infer_types(const std::vector<Type>& in) const {
+  if (in.size() != 3) throw TypeError(name() + ": takes indices, indptr and shape");
+  expect_vector(name(), "indices", in[0], false);
+  expect_vector(name(), "indptr", in[1], false);
+  expect_vector(name(), "shape", in[2], false);
+  return {in[0], in[1], in[0]};
+}
+
+std::vector<Shape> SparseConvert::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>& values) const {
+  if (!values[2]) throw ShapeError(name() + ": the result's indptr length is known only from the shape's value");
+  const auto [rows, cols] = shape_value(name(), *values[2]);
+  return {in[0], {(from_ == SparseFormat::csr ? cols : rows) + 1}, in[0]};
+}
+
+std::vector<Var> SparseConvert::L_op(const Node&, const std::vector<Var>&) const { return {Var(), Var(), Var()}; }
+
 // ---- kernels
 
 namespace {
@@ -745,6 +767,35 @@ class SparseJoinSplitKernel final : public KernelOf<SparseJoinSplit> {
   }
 };
 
+class SparseConvertKernel final : public KernelOf<SparseConvert> {
+ public:
+  using KernelOf::KernelOf;
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
+    const std::string op_name = op().name();
+    const SparseFormat from = op().from();
+    const auto [rows, cols] = checked_dims(op_name, from, in[1], in[2]);
+    const int64_t n_minor = from == SparseFormat::csr ? cols : rows;
+    const Pattern p = checked_pattern(op_name, in[0], in[1], n_minor);
+    int64_t* indices = out[0].data<int64_t>();
+    int64_t* indptr = out[1].data<int64_t>();
+    int64_t* positions = out[2].data<int64_t>();
+    const int64_t is = out[0].strides()[0], ps = out[1].strides()[0], qs = out[2].strides()[0];
+    // A counting sort of the entries by their minor index; indptr serves as the running cursor of
+    // each new segment (one place ahead), then holds the segments' starts.
+    for (int64_t c = 0; c <= n_minor; ++c) indptr[c * ps] = 0;
+    for (int64_t k = 0; k < p.nnz; ++k) ++indptr[(p.indices[k] + 1) * ps];
+    for (int64_t c = 1; c <= n_minor; ++c) indptr[c * ps] += indptr[(c - 1) * ps];
+    for (int64_t m = 0; m < p.n_major; ++m)
+      for (int64_t k = p.indptr[m]; k < p.indptr[m + 1]; ++k) {
+        const int64_t at = indptr[p.indices[k] * ps]++;
+        indices[at * is] = m;
+        positions[at * qs] = k;
+      }
+    for (int64_t c = n_minor; c > 0; --c) indptr[c * ps] = indptr[(c - 1) * ps];
+    indptr[0] = 0;
+  }
+};
+
 }  // namespace
 
 void add_sparse_kernels(KernelTable& table) {
@@ -755,6 +806,7 @@ void add_sparse_kernels(KernelTable& table) {
   table.add<SparseMajorSlice, SparseMajorSliceKernel>();
   table.add<SparseMajorSliceGrad, SparseMajorSliceGradKernel>();
   table.add<SparseJoin, SparseJoinKernel>();
+  table.add<SparseConvert, SparseConvertKernel>();
   table.add<SparseJoinSplit, SparseJoinSplitKernel>();
 }
 
@@ -989,6 +1041,18 @@ SparseVar hstack(const std::vector<SparseVar>& xs, Loc loc) {
   SparseVar out = xs[0];
   for (size_t i = 1; i < xs.size(); ++i) out = joined(out, xs[i], SparseJoin::How::stack_columns, "hstack", loc);
   return out;
+}
+
+SparseVar to_csr(const SparseVar& x, Loc loc) {
+  if (x.format() == SparseFormat::csr) return x;
+  const std::vector<Var> pattern = apply(std::make_shared<SparseConvert>(x.format()), {x.indices(), x.indptr(), x.shape()}, loc);
+  return SparseVar(SparseFormat::csr, take(x.data(), pattern[2], 0, loc), pattern[0], pattern[1], x.shape(), loc);
+}
+
+SparseVar to_csc(const SparseVar& x, Loc loc) {
+  if (x.format() == SparseFormat::csc) return x;
+  const std::vector<Var> pattern = apply(std::make_shared<SparseConvert>(x.format()), {x.indices(), x.indptr(), x.shape()}, loc);
+  return SparseVar(SparseFormat::csc, take(x.data(), pattern[2], 0, loc), pattern[0], pattern[1], x.shape(), loc);
 }
 
 Var sum(const SparseVar& x, Loc loc) { return sum(x.data(), {}, false, loc); }

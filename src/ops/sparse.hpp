@@ -164,6 +164,26 @@ class SparseJoinSplit final : public Op {
   int side_;
 };
 
+// The pattern of the same matrix in the other format: inputs indices, indptr, shape (of `from`);
+// outputs the other format's indices and indptr, and for each of its entries the position of that
+// entry in the input (the data follow with take(data, positions)). Within a row (column) the
+// result's entries keep their input order, so the result's indices are sorted.
+class SparseConvert final : public Op {
+ public:
+  explicit SparseConvert(SparseFormat from) : from_(from) {}
+  SparseFormat from() const { return from_; }
+  void params(OpParams& out) const override { out << from_; }
+  std::string name() const override;
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
+  std::vector<int> needs_input_values() const override { return {2}; }
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+  bool checks_values_before_writing() const override { return true; }
+
+ private:
+  SparseFormat from_;
+};
+
 SparseFormat transposed(SparseFormat format);
 
 void add_sparse_kernels(KernelTable& table);
