@@ -439,3 +439,28 @@ TEST(SparseOps, ConversionBetweenTheFormsInsideAGraph) {
   const Tensor w = random_tensor({4, 3}, f64, -1, 1, 36);
   verify_grad([&](std::vector<Var> v) { return sqr(dot(to_csc(with_pattern(v[0], value)), constant(w))); }, {value.data()});
 }
+
+TEST(SparseOps, ElementwiseProductOfTwoSparseMatrices) {
+  const Tensor a = sparse_dense(5, 6, 37), b = sparse_dense(5, 6, 38);
+  const std::vector<double> av = a.to_vector<double>(), bv = b.to_vector<double>();
+  std::vector<double> expected(30);
+  for (int i = 0; i < 30; ++i) expected[i] = av[i] * bv[i];
+  // b unsorted with a repeat: the searched path, the repeat summed.
+  const SparseTensor b_unsorted = SparseTensor::csr(Tensor::from(std::vector<double>{1, 2, 3}), Tensor::from(std::vector<int64_t>{4, 1, 4}),
+                                                    Tensor::from(std::vector<int64_t>{0, 3, 3, 3, 3, 3}), {5, 6});
+  std::vector<double> with_unsorted(30, 0.0);
+  ASSERT_NE(av[4], 0) << "row 0 of a must store column 4 for the repeat to count";
+  with_unsorted[1] = av[1] * 2, with_unsorted[4] = av[4] * 4;
+  for (SparseFormat format : kFormats) {
+    SCOPED_TRACE(sparse_format_name(format));
+    SparseVar x = sparse_input(format, "x"), y = sparse_input(format, "y");
+    Function f = function({x, y}, {dense(x * y)});
+    expect_values(f(sparse_from_dense(a, format), sparse_from_dense(b, format))[0], expected, 1e-12);
+    const SparseTensor va = sparse_from_dense(a, format), vb = sparse_from_dense(b, format);
+    verify_grad([&](std::vector<Var> v) { return dense(with_pattern(v[0], va) * with_pattern(v[1], vb)); }, {va.data(), vb.data()});
+    expect_error<ShapeError>([&] { f(sparse_from_dense(a, format), sparse_from_dense(sparse_dense(5, 6, 39).reshape({6, 5}), format)); },
+                             {"sparse_sample", "differ"});
+  }
+  SparseVar x = csr_matrix("x", f64), y = csr_matrix("y", f64);
+  expect_values(function({x, y}, {dense(x * y)})(sparse_from_dense(a, SparseFormat::csr), b_unsorted)[0], with_unsorted, 1e-12);
+}

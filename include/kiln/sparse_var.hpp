@@ -84,6 +84,9 @@ SparseVar operator-(const SparseOperand& a, const SparseOperand& b);
 // result keeps x's pattern.
 SparseVar operator*(const SparseOperand& x, const Operand& dense_value);
 SparseVar operator*(const Operand& dense_value, const SparseOperand& x);
+// The elementwise product of two sparse matrices of one format and shape: a's pattern, each entry
+// times b's value there (0 where b stores nothing).
+SparseVar operator*(const SparseOperand& a, const SparseOperand& b);
 // x + a dense value: dense, as NumPy's sum of a sparse and a dense matrix.
 Var operator+(const SparseOperand& x, const Operand& dense_value);
 Var operator+(const Operand& dense_value, const SparseOperand& x);

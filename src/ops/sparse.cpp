@@ -382,6 +382,29 @@ std::vector<Shape> SparseConvert::infer_shapes(const std::vector<Shape>& in, con
 
 std::vector<Var> SparseConvert::L_op(const Node&, const std::vector<Var>&) const { return {Var(), Var(), Var()}; }
 
+// ---- SparseSample
+
+std::vector<Type> SparseSample::infer_types(const std::vector<Type>& in) const {
+  if (in.size() != 7) throw TypeError(name() + ": takes a matrix's data, indices, indptr, shape and a pattern's indices, indptr, shape");
+  expect_vector(name(), "data", in[0], true);
+  for (size_t i : {1, 2, 3, 4, 5, 6}) expect_vector(name(), i == 3 || i == 6 ? "shape" : i == 2 || i == 5 ? "indptr" : "indices", in[i], false);
+  return {Type{in[0].dtype, {false}}};
+}
+
+std::vector<Shape> SparseSample::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
+  if (in[0] != in[1])
+    throw ShapeError(name() + ": data " + shape_str(in[0]) + " and indices " + shape_str(in[1]) + " must have one entry per stored value");
+  return {in[4]};
+}
+
+std::vector<Var> SparseSample::L_op(const Node& node, const std::vector<Var>& g) const {
+  // Sampling is linear in the first matrix's data; its transpose samples g, on the pattern, at
+  // the first matrix's entries.
+  const std::vector<Var>& in = node.inputs;
+  const Var g_data = apply1(std::make_shared<SparseSample>(format_), {g[0], in[4], in[5], in[6], in[1], in[2], in[3]}, node.loc);
+  return {g_data, Var(), Var(), Var(), Var(), Var(), Var()};
+}
+
 // ---- kernels
 
 namespace {
@@ -796,6 +819,50 @@ class SparseConvertKernel final : public KernelOf<SparseConvert> {
   }
 };
 
+class SparseSampleKernel final : public KernelOf<SparseSample> {
+ public:
+  using KernelOf::KernelOf;
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
+    const std::string op_name = op().name();
+    const SparseFormat format = op().format();
+    const auto [rows, cols] = checked_dims(op_name, format, in[2], in[3]);
+    const auto [p_rows, p_cols] = checked_dims(op_name, format, in[5], in[6]);
+    if (rows != p_rows || cols != p_cols)
+      throw ShapeError(op_name + ": shapes (" + std::to_string(rows) + ", " + std::to_string(cols) + ") and (" + std::to_string(p_rows) +
+                       ", " + std::to_string(p_cols) + ") differ; elementwise products need equal shapes");
+    const int64_t n_minor = format == SparseFormat::csr ? cols : rows;
+    const Pattern from = checked_pattern(op_name, in[1], in[2], n_minor), at = checked_pattern(op_name, in[4], in[5], n_minor);
+    dispatch_float(in[0].dtype(), "sparse_sample", [&](auto zero) {
+      using T = decltype(zero);
+      const T* v = in[0].data<T>();
+      T* o = out[0].data<T>();
+      const int64_t vs = in[0].strides()[0], os = out[0].strides()[0];
+      auto sorted = [](const Pattern& p, int64_t m) {
+        for (int64_t k = p.indptr[m] + 1; k < p.indptr[m + 1]; ++k)
+          if (p.indices[k] <= p.indices[k - 1]) return false;
+        return true;
+      };
+      for (int64_t m = 0; m < at.n_major; ++m) {
+        const int64_t f0 = from.indptr[m], f1 = from.indptr[m + 1];
+        if (sorted(from, m) && sorted(at, m)) {
+          int64_t f = f0;
+          for (int64_t k = at.indptr[m]; k < at.indptr[m + 1]; ++k) {
+            while (f < f1 && from.indices[f] < at.indices[k]) ++f;
+            o[k * os] = f < f1 && from.indices[f] == at.indices[k] ? v[f * vs] : T(0);
+          }
+          continue;
+        }
+        for (int64_t k = at.indptr[m]; k < at.indptr[m + 1]; ++k) {
+          T total = 0;
+          for (int64_t f = f0; f < f1; ++f)
+            if (from.indices[f] == at.indices[k]) total += v[f * vs];
+          o[k * os] = total;
+        }
+      }
+    });
+  }
+};
+
 }  // namespace
 
 void add_sparse_kernels(KernelTable& table) {
@@ -807,6 +874,7 @@ void add_sparse_kernels(KernelTable& table) {
   table.add<SparseMajorSliceGrad, SparseMajorSliceGradKernel>();
   table.add<SparseJoin, SparseJoinKernel>();
   table.add<SparseConvert, SparseConvertKernel>();
+  table.add<SparseSample, SparseSampleKernel>();
   table.add<SparseJoinSplit, SparseJoinSplitKernel>();
 }
 
@@ -932,6 +1000,17 @@ SparseVar operator*(const SparseOperand& operand, const Operand& dense_value) {
 }
 
 SparseVar operator*(const Operand& dense_value, const SparseOperand& x) { return x * dense_value; }
+
+SparseVar operator*(const SparseOperand& a, const SparseOperand& b) {
+  const SparseVar &x = a.var, &y = b.var;
+  if (x.format() != y.format())
+    throw TypeError("sparse * sparse (" + x.str() + ", " + y.str() + "): the matrices must have one format; to_csr or to_csc converts (at " +
+                    loc_str(a.loc) + ")");
+  const DType dtype = result_dtype({x.data(), y.data()});
+  const Var y_at_x = apply1(std::make_shared<SparseSample>(x.format()),
+                            {cast(y.data(), dtype, a.loc), y.indices(), y.indptr(), y.shape(), x.indices(), x.indptr(), x.shape()}, a.loc);
+  return SparseVar(x.format(), Operand(cast(x.data(), dtype, a.loc), a.loc) * Operand(y_at_x, a.loc), x.indices(), x.indptr(), x.shape(), a.loc);
+}
 
 SparseVar row_scale(const SparseVar& x, const Var& s, Loc loc) {
   if (s.ndim() != 1) throw TypeError("row_scale(" + x.str() + ", " + s.type().str() + "): s must be a vector, one value per row (at " + loc_str(loc) + ")");

@@ -184,6 +184,26 @@ class SparseConvert final : public Op {
   SparseFormat from_;
 };
 
+// A sparse matrix's values at another pattern of the same shape: inputs the first's data,
+// indices, indptr, shape, then the pattern's indices, indptr, shape; output one value per entry
+// of the pattern (the sum of the first's entries at that place, 0 where it has none). Sorted
+// segments are merged; unsorted ones searched.
+class SparseSample final : public Op {
+ public:
+  explicit SparseSample(SparseFormat format) : format_(format) {}
+  SparseFormat format() const { return format_; }
+  void params(OpParams& out) const override { out << format_; }
+  std::string name() const override { return with_format_name(); }
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+  bool checks_values_before_writing() const override { return true; }
+
+ private:
+  std::string with_format_name() const { return std::string("sparse_sample{") + sparse_format_name(format_) + "}"; }
+  SparseFormat format_;
+};
+
 SparseFormat transposed(SparseFormat format);
 
 void add_sparse_kernels(KernelTable& table);
