@@ -143,6 +143,11 @@ TEST(Elemwise, DtypePromotionFollowsNumpy) {
   EXPECT_EQ((vector("a", f32) * 2.5).dtype(), f32);
   EXPECT_EQ((vector("a", i32) + 1).dtype(), i32);
   EXPECT_EQ((vector("a", i32) * 0.5).dtype(), f64);
+  // Arithmetic of bare numbers alone is a bare number (Python computes it before NumPy sees it).
+  EXPECT_EQ(((1.0 - Var(0.9)) * vector("a", f32)).dtype(), f32);
+  EXPECT_EQ((sqrt(Var(2.0)) * vector("a", f32)).dtype(), f32);
+  EXPECT_EQ(((Var(2) * Var(3)) + vector("a", i32)).dtype(), i32);
+  EXPECT_EQ(((Var(2) < Var(3)) + vector("a", i32)).dtype(), i32);  // a comparison's b8 is strong, and b8 + i32 is i32
   // True division and float functions of integers give f64.
   EXPECT_EQ((vector("a", i32) / vector("b", i32)).dtype(), f64);
   EXPECT_EQ(exp(vector("a", i64)).dtype(), f64);

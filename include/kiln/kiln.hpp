@@ -8,6 +8,7 @@
 #include "kiln/graph.hpp"
 #include "kiln/io.hpp"
 #include "kiln/ops.hpp"
+#include "kiln/optimizers.hpp"
 #include "kiln/scan.hpp"
 #include "kiln/scope.hpp"
 #include "kiln/sparse.hpp"

@@ -148,7 +148,12 @@ Var elemwise(ScalarOp op, std::vector<Var> inputs, const Loc& loc) {
     else if (op == ScalarOp::where && v.dtype() != DType::b8) v = elemwise(ScalarOp::ne, {v, Var(0)}, loc);
     inputs[i] = pad_left(v, ndim, loc);
   }
+  // Arithmetic on bare numbers alone gives a bare number, as Python's does before NumPy sees it:
+  // (1.0 - beta) * x keeps x's dtype.
+  bool all_weak = common != DType::b8;
+  for (size_t i = first_value; i < inputs.size(); ++i) all_weak = all_weak && values[i - first_value].get()->weak;
   Var out = apply1(std::make_shared<Elemwise>(op), std::move(inputs), loc);
+  out.get()->weak = all_weak;
   return out;
 }
 
