@@ -51,6 +51,8 @@ Tensor operator>(const TensorOperand& a, const TensorOperand& b);
 Tensor operator>=(const TensorOperand& a, const TensorOperand& b);
 Tensor operator==(const TensorOperand& a, const TensorOperand& b);
 Tensor operator!=(const TensorOperand& a, const TensorOperand& b);
+Tensor operator%(const TensorOperand& a, const TensorOperand& b);
+Tensor mod(const TensorOperand& a, const TensorOperand& b);
 
 // In place: a's storage is overwritten with the result (which must keep a's shape and dtype);
 // the return value is a fresh handle on it.
@@ -79,6 +81,12 @@ Tensor abs(const Tensor& x, Loc loc = Loc::current());
 Tensor sign(const Tensor& x, Loc loc = Loc::current());
 Tensor sin(const Tensor& x, Loc loc = Loc::current());
 Tensor cos(const Tensor& x, Loc loc = Loc::current());
+Tensor square(const Tensor& x, Loc loc = Loc::current());
+Tensor floor(const Tensor& x, Loc loc = Loc::current());
+Tensor ceil(const Tensor& x, Loc loc = Loc::current());
+Tensor round(const Tensor& x, Loc loc = Loc::current());
+Tensor erf(const Tensor& x, Loc loc = Loc::current());
+Tensor clip(const Tensor& x, const TensorOperand& lo, const TensorOperand& hi, Loc loc = Loc::current());
 Tensor pow(const Tensor& x, const Tensor& y, Loc loc = Loc::current());
 Tensor maximum(const Tensor& x, const Tensor& y, Loc loc = Loc::current());
 Tensor minimum(const Tensor& x, const Tensor& y, Loc loc = Loc::current());

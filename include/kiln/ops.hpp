@@ -29,6 +29,9 @@ Var operator>(const Operand& a, const Operand& b);
 Var operator>=(const Operand& a, const Operand& b);
 Var operator==(const Operand& a, const Operand& b);
 Var operator!=(const Operand& a, const Operand& b);
+// NumPy's remainder (Python's %): the result has the sign of b; an integer % 0 is 0, a float % 0 NaN.
+Var operator%(const Operand& a, const Operand& b);
+Var mod(const Operand& a, const Operand& b);
 
 // Elementwise (NumPy broadcasting and dtype promotion: docs/ops.md).
 Var exp(const Var& x, Loc loc = Loc::current());
@@ -45,7 +48,16 @@ Var abs(const Var& x, Loc loc = Loc::current());
 Var sign(const Var& x, Loc loc = Loc::current());
 Var sin(const Var& x, Loc loc = Loc::current());
 Var cos(const Var& x, Loc loc = Loc::current());
+Var square(const Var& x, Loc loc = Loc::current());  // x * x, the same op as sqr
+// Rounding: integers and bools are kept as they are (and keep their dtype); round sends half-way
+// cases to the even neighbour, as NumPy's round. Their gradient is zero.
+Var floor(const Var& x, Loc loc = Loc::current());
+Var ceil(const Var& x, Loc loc = Loc::current());
+Var round(const Var& x, Loc loc = Loc::current());
+Var erf(const Var& x, Loc loc = Loc::current());
 Var pow(const Var& x, const Var& y, Loc loc = Loc::current());
+// minimum(maximum(x, lo), hi), as NumPy's clip; the gradient passes to x where lo <= x <= hi.
+Var clip(const Var& x, const Operand& lo, const Operand& hi, Loc loc = Loc::current());
 Var maximum(const Var& x, const Var& y, Loc loc = Loc::current());
 Var minimum(const Var& x, const Var& y, Loc loc = Loc::current());
 Var where(const Var& cond, const Var& a, const Var& b, Loc loc = Loc::current());

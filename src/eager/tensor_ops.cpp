@@ -56,6 +56,7 @@ KILN_EAGER_OPERATOR(+)
 KILN_EAGER_OPERATOR(-)
 KILN_EAGER_OPERATOR(*)
 KILN_EAGER_OPERATOR(/)
+KILN_EAGER_OPERATOR(%)
 KILN_EAGER_OPERATOR(<)
 KILN_EAGER_OPERATOR(<=)
 KILN_EAGER_OPERATOR(>)
@@ -108,6 +109,11 @@ KILN_EAGER_UNARY(abs)
 KILN_EAGER_UNARY(sign)
 KILN_EAGER_UNARY(sin)
 KILN_EAGER_UNARY(cos)
+KILN_EAGER_UNARY(square)
+KILN_EAGER_UNARY(floor)
+KILN_EAGER_UNARY(ceil)
+KILN_EAGER_UNARY(round)
+KILN_EAGER_UNARY(erf)
 KILN_EAGER_UNARY(transpose)
 KILN_EAGER_UNARY(zeros_like)
 KILN_EAGER_UNARY(ones_like)
@@ -152,6 +158,13 @@ Tensor detail::reduce_along(Reduction reduction, const Tensor& x, int64_t axis, 
                                                build_prod, build_argmax, build_logsumexp};
   const int64_t axes[] = {axis};
   return kiln::reduction(builds[static_cast<size_t>(reduction)](), x, axes, keepdims, loc);
+}
+
+Tensor mod(const TensorOperand& a, const TensorOperand& b) { return a % b; }
+
+Tensor clip(const Tensor& x, const TensorOperand& lo, const TensorOperand& hi, Loc loc) {
+  return eager(+[](Vars v, Params, const Loc& l) { return clip(v[0], Operand(v[1], l), Operand(v[2], l), l); },
+               {x, arg(lo), arg(hi)}, {}, loc);
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, Loc loc) {
