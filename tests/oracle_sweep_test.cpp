@@ -307,10 +307,17 @@ std::vector<double> reduce_reference(const std::string& name, const std::vector<
     } else if (name == "max" || name == "min") {
       v = g[0];
       for (double e : g) v = name == "max" ? std::max(v, e) : std::min(v, e);
-    } else {  // argmax: the first maximum
+    } else if (name == "var" || name == "std" || name == "var ddof 1") {
+      double mean = 0, squares = 0;
+      for (double e : g) mean += e;
+      mean /= static_cast<double>(g.size());
+      for (double e : g) squares += (e - mean) * (e - mean);
+      v = squares / static_cast<double>(g.size() - (name == "var ddof 1" ? 1 : 0));
+      if (name == "std") v = std::sqrt(v);
+    } else {  // argmax (argmin): the first maximum (minimum)
       size_t best = 0;
       for (size_t i = 1; i < g.size(); ++i)
-        if (g[i] > g[best]) best = i;
+        if (name == "argmin" ? g[i] < g[best] : g[i] > g[best]) best = i;
       v = static_cast<double>(best);
     }
     out.push_back(v);
@@ -319,8 +326,8 @@ std::vector<double> reduce_reference(const std::string& name, const std::vector<
 }
 
 DType reduction_dtype(const std::string& name, DType in) {
-  if (name == "argmax") return i64;
-  if (name == "mean") return is_float(in) ? in : f64;
+  if (name == "argmax" || name == "argmin") return i64;
+  if (name == "mean" || name == "var" || name == "std" || name == "var ddof 1") return is_float(in) ? in : f64;
   if (name == "sum" || name == "prod") return is_float(in) ? in : i64;
   return in;  // max, min: NumPy keeps the dtype, booleans included (any / all)
 }
@@ -334,13 +341,17 @@ TEST(OracleSweep, ReductionsEveryDtypeAxisLayoutModeThreadCountAndInstructionSet
       {"max", [](const Var& x, Axes a, bool k) { return max(x, a, k); }},
       {"min", [](const Var& x, Axes a, bool k) { return min(x, a, k); }},
       {"prod", [](const Var& x, Axes a, bool k) { return prod(x, a, k); }},
-      {"argmax", [](const Var& x, Axes a, bool k) { return argmax(x, a, k); }}};
+      {"argmax", [](const Var& x, Axes a, bool k) { return argmax(x, a, k); }},
+      {"argmin", [](const Var& x, Axes a, bool k) { return argmin(x, a, k); }},
+      {"var", [](const Var& x, Axes a, bool k) { return var(x, a, k); }},
+      {"var ddof 1", [](const Var& x, Axes a, bool k) { return var(x, a, k, 1); }},
+      {"std", [](const Var& x, Axes a, bool k) { return kiln::std(x, a, k); }}};
   int combinations = 0;
   for (const Reduction& red : reductions)
     for (DType dtype : kDtypes)
       for (const Axes& axes : std::vector<Axes>{{}, {0}, {1}, {-1}, {0, 1}})
         for (bool keep : {false, true}) {
-          if (red.name == "argmax" && axes.size() == 2) continue;  // one axis or all
+          if ((red.name == "argmax" || red.name == "argmin") && axes.size() == 2) continue;  // one axis or all
           Var x = matrix("x", dtype);
           Var y = red.build(x, axes, keep);
           const DType out = reduction_dtype(red.name, dtype);
@@ -660,6 +671,9 @@ TEST(OracleSweep, EveryDifferentiableOpPassesVerifyGradAndVerifyRopInF64) {
       {"prod", [](V v) { return prod(v[0], {1}); }, {nz}},
       {"prod with zeros", [](V v) { return prod(v[0], {1}); }, {Tensor::from({0.0, 1.5, -2.0, 0.5, 0.0, 0.0, 3.0, 1.0, 2.0, -1.0, 0.5, 0.75}, {3, 4})}},
       {"logsumexp", [](V v) { return logsumexp(v[0], {1}); }, {m}},
+      {"var", [](V v) { return var(v[0], {1}); }, {m}},
+      {"var ddof 1 all", [](V v) { return var(v[0], {}, false, 1); }, {m}},
+      {"std", [](V v) { return kiln::std(v[0], {0}, true); }, {m}},
       {"dot matrix", [](V v) { return dot(v[0], transpose(v[1])); }, {m, m2}},
       {"dot matrix vector", [](V v) { return dot(v[0], v[1]); }, {m, vec}},
       {"dot vector vector", [](V v) { return dot(v[0], v[0] * 0.5); }, {vec}},

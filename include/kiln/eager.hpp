@@ -99,10 +99,13 @@ Tensor max(const Tensor& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc
 Tensor min(const Tensor& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
 Tensor prod(const Tensor& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
 Tensor argmax(const Tensor& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
+Tensor argmin(const Tensor& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
+Tensor var(const Tensor& x, Axes axes = {}, bool keepdims = false, int64_t ddof = 0, Loc loc = Loc::current());
+Tensor std(const Tensor& x, Axes axes = {}, bool keepdims = false, int64_t ddof = 0, Loc loc = Loc::current());
 Tensor logsumexp(const Tensor& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
 
 namespace detail {
-enum class Reduction { sum, mean, max, min, prod, argmax, logsumexp };
+enum class Reduction { sum, mean, max, min, prod, argmax, logsumexp, argmin };
 Tensor reduce_along(Reduction reduction, const Tensor& x, int64_t axis, bool keepdims, Loc loc);
 }  // namespace detail
 // One axis given as a number, as in argmax(p, 1): the same as {1}, with no Axes to build (a
@@ -119,6 +122,7 @@ KILN_EAGER_ONE_AXIS(max)
 KILN_EAGER_ONE_AXIS(min)
 KILN_EAGER_ONE_AXIS(prod)
 KILN_EAGER_ONE_AXIS(argmax)
+KILN_EAGER_ONE_AXIS(argmin)
 KILN_EAGER_ONE_AXIS(logsumexp)
 #undef KILN_EAGER_ONE_AXIS
 

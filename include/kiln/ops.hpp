@@ -71,6 +71,13 @@ Var max(const Var& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::curr
 Var min(const Var& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
 Var prod(const Var& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
 Var argmax(const Var& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
+// The index (i64) of the first minimum (or first NaN) along one axis, or over all of them flattened.
+Var argmin(const Var& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
+// Variance and standard deviation as NumPy's: the squared deviations from the mean summed and
+// divided by max(N - ddof, 0), N the number of elements reduced (NaN for no elements); integer
+// and bool inputs give f64.
+Var var(const Var& x, Axes axes = {}, bool keepdims = false, int64_t ddof = 0, Loc loc = Loc::current());
+Var std(const Var& x, Axes axes = {}, bool keepdims = false, int64_t ddof = 0, Loc loc = Loc::current());
 // log(sum(exp(x), axes)) without overflow: the maximum over the axes is taken out first.
 Var logsumexp(const Var& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
 

@@ -145,8 +145,25 @@ KILN_EAGER_REDUCTION(max)
 KILN_EAGER_REDUCTION(min)
 KILN_EAGER_REDUCTION(prod)
 KILN_EAGER_REDUCTION(argmax)
+KILN_EAGER_REDUCTION(argmin)
 KILN_EAGER_REDUCTION(logsumexp)
 #undef KILN_EAGER_REDUCTION
+
+namespace {
+Tensor deviation(bool standard, const Tensor& x, const Axes& axes, bool keepdims, int64_t ddof, const Loc& loc) {
+  SmallVector<int64_t, 8> params{standard, keepdims, ddof};
+  for (int64_t axis : axes) params.push_back(axis);
+  const EagerArg args[] = {x};
+  return run_eager(+[](Vars v, Params p, const Loc& l) {
+                     const Axes a(p.begin() + 3, p.end());
+                     return p[0] ? kiln::std(v[0], a, p[1] != 0, p[2], l) : var(v[0], a, p[1] != 0, p[2], l);
+                   },
+                   args, params, loc);
+}
+}  // namespace
+
+Tensor var(const Tensor& x, Axes axes, bool keepdims, int64_t ddof, Loc loc) { return deviation(false, x, axes, keepdims, ddof, loc); }
+Tensor std(const Tensor& x, Axes axes, bool keepdims, int64_t ddof, Loc loc) { return deviation(true, x, axes, keepdims, ddof, loc); }
 
 Tensor Tensor::sum(Loc loc) const { return kiln::sum(*this, Axes{}, false, loc); }
 Tensor Tensor::mean(Loc loc) const { return kiln::mean(*this, Axes{}, false, loc); }
@@ -155,7 +172,7 @@ Tensor Tensor::mean(int64_t axis, bool keepdims, Loc loc) const { return kiln::m
 
 Tensor detail::reduce_along(Reduction reduction, const Tensor& x, int64_t axis, bool keepdims, Loc loc) {
   static constexpr EagerBuild (*builds[])() = {build_sum, build_mean, build_max,      build_min,
-                                               build_prod, build_argmax, build_logsumexp};
+                                               build_prod, build_argmax, build_logsumexp, build_argmin};
   const int64_t axes[] = {axis};
   return kiln::reduction(builds[static_cast<size_t>(reduction)](), x, axes, keepdims, loc);
 }

@@ -4,7 +4,7 @@
 
 namespace kiln {
 
-enum class ReduceKind { sum, prod, max, min, mean, argmax };
+enum class ReduceKind { sum, prod, max, min, mean, argmax, argmin };
 
 class Reduce final : public Op {
  public:
