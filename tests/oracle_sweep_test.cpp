@@ -510,6 +510,12 @@ TEST(OracleSweep, ShapeAndIndexingOpsEveryDtypeLayoutAndMode) {
       cases.push_back({inc_subtensor(take(x, constant(Tensor::from(std::vector<int64_t>{2, -2}))), slice(y, 0, 0, 2) * 0 + slice(y, 0, 0, 1)),
                        taken_inc});
     }
+    if (is_integer(dtype)) {  // one_hot of the values shifted into [0, 11), negative ones counting from the end
+      std::vector<double> hot;
+      for (double v : X)
+        for (int64_t k = 0; k < 11; ++k) hot.push_back(k == (static_cast<int64_t>(v) + 11) % 11 ? 1.0 : 0.0);
+      cases.push_back({one_hot(x, 11, f64), hot});
+    }
     cases.push_back({zeros_like(x), std::vector<double>(static_cast<size_t>(r * c), 0.0)});
     cases.push_back({ones_like(x), std::vector<double>(static_cast<size_t>(r * c), 1.0)});
     cases.push_back({shape_of(x), {4, 6}});

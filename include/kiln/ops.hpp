@@ -1,6 +1,7 @@
 #pragma once
 #include <initializer_list>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "kiln/graph.hpp"
@@ -95,6 +96,28 @@ Var flatten(const Var& x, int64_t outdim = 1, Loc loc = Loc::current());
 Var shape_of(const Var& x, Loc loc = Loc::current());  // 1-D i64 vector of x's shape
 Var concatenate(const std::vector<Var>& xs, int64_t axis = 0, Loc loc = Loc::current());
 Var stack(const std::vector<Var>& xs, int64_t axis = 0, Loc loc = Loc::current());
+// A number given to arange: integers (int, long, ...) and floats are told apart, as NumPy does.
+struct RangeValue {
+  template <class N>
+    requires(std::is_arithmetic_v<N> && !std::is_same_v<N, bool>)
+  RangeValue(N v) : value(static_cast<double>(v)), integer(integer_of(v)), is_integer(std::is_integral_v<N>) {}  // NOLINT
+  double value;
+  int64_t integer;  // 0 for a float (which need not fit)
+  bool is_integer;
+
+ private:
+  template <class N> static int64_t integer_of(N v) {
+    if constexpr (std::is_integral_v<N>) return static_cast<int64_t>(v);
+    else return 0;
+  }
+};
+// NumPy's arange: the constant vector start, start + step, ... up to stop (excluded); i64 when
+// every argument is an integer, f64 otherwise. step may be negative, never zero.
+Var arange(RangeValue stop, Loc loc = Loc::current());
+Var arange(RangeValue start, RangeValue stop, RangeValue step = 1, Loc loc = Loc::current());
+// A new last axis of n classes: 1 at each index, 0 elsewhere, as NumPy's eye(n, dtype)[indices]
+// (negative indices count from the end; indices out of range raise ShapeError when it runs).
+Var one_hot(const Var& indices, int64_t n, DType dtype = DType::f32, Loc loc = Loc::current());
 Var zeros_like(const Var& x, Loc loc = Loc::current());
 Var ones_like(const Var& x, Loc loc = Loc::current());
 
