@@ -510,6 +510,19 @@ TEST(OracleSweep, ShapeAndIndexingOpsEveryDtypeLayoutAndMode) {
       cases.push_back({inc_subtensor(take(x, constant(Tensor::from(std::vector<int64_t>{2, -2}))), slice(y, 0, 0, 2) * 0 + slice(y, 0, 0, 1)),
                        taken_inc});
     }
+    {  // cumsum (integers and bools sum as i64, added in order in the result's dtype)
+      const DType sum_dtype = is_float(dtype) ? dtype : i64;
+      std::vector<double> along_rows = X, along_cols = X, flat = X;
+      for (int64_t i = 0; i < r; ++i)
+        for (int64_t j = 0; j < c; ++j) {
+          if (i > 0) along_rows[i * c + j] = round_to(sum_dtype, along_rows[(i - 1) * c + j] + X[i * c + j]);
+          if (j > 0) along_cols[i * c + j] = round_to(sum_dtype, along_cols[i * c + j - 1] + X[i * c + j]);
+          if (i * c + j > 0) flat[i * c + j] = round_to(sum_dtype, flat[i * c + j - 1] + X[i * c + j]);
+        }
+      cases.push_back({cumsum(x, 0), along_rows});
+      cases.push_back({cumsum(x, -1), along_cols});
+      cases.push_back({cumsum(x), flat});
+    }
     if (is_integer(dtype)) {  // one_hot of the values shifted into [0, 11), negative ones counting from the end
       std::vector<double> hot;
       for (double v : X)
@@ -680,6 +693,9 @@ TEST(OracleSweep, EveryDifferentiableOpPassesVerifyGradAndVerifyRopInF64) {
       {"var", [](V v) { return var(v[0], {1}); }, {m}},
       {"var ddof 1 all", [](V v) { return var(v[0], {}, false, 1); }, {m}},
       {"std", [](V v) { return kiln::std(v[0], {0}, true); }, {m}},
+      {"cumsum", [](V v) { return cumsum(v[0], 1); }, {m}},
+      {"cumsum axis 0", [](V v) { return cumsum(v[0], 0); }, {m}},
+      {"cumsum flattened", [](V v) { return cumsum(v[0]); }, {m}},
       {"dot matrix", [](V v) { return dot(v[0], transpose(v[1])); }, {m, m2}},
       {"dot matrix vector", [](V v) { return dot(v[0], v[1]); }, {m, vec}},
       {"dot vector vector", [](V v) { return dot(v[0], v[0] * 0.5); }, {vec}},

@@ -144,6 +144,7 @@ Tensor ones_like(const Tensor& x, Loc loc = Loc::current());
 Tensor slice(const Tensor& x, int64_t axis, std::optional<int64_t> start = std::nullopt,
              std::optional<int64_t> stop = std::nullopt, int64_t step = 1, Loc loc = Loc::current());
 Tensor take(const Tensor& x, const Tensor& indices, int64_t axis = 0, Loc loc = Loc::current());
+Tensor cumsum(const Tensor& x, std::optional<int64_t> axis = std::nullopt, Loc loc = Loc::current());
 Tensor one_hot(const Tensor& indices, int64_t n, DType dtype = DType::f32, Loc loc = Loc::current());
 
 Tensor softmax(const Tensor& x, int64_t axis = -1, Loc loc = Loc::current());

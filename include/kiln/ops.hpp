@@ -82,6 +82,10 @@ Var std(const Var& x, Axes axes = {}, bool keepdims = false, int64_t ddof = 0, L
 // log(sum(exp(x), axes)) without overflow: the maximum over the axes is taken out first.
 Var logsumexp(const Var& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
 
+// Running sum along an axis (negative counts from the end; none: over the flattened values), as
+// NumPy's cumsum: integers and bools sum as i64. Its gradient is the reverse running sum.
+Var cumsum(const Var& x, std::optional<int64_t> axis = std::nullopt, Loc loc = Loc::current());
+
 // Matrix products: dot has NumPy dot semantics up to 2-D; matmul NumPy matmul semantics.
 Var dot(const Var& a, const Var& b, Loc loc = Loc::current());
 Var matmul(const Var& a, const Var& b, Loc loc = Loc::current());

@@ -217,6 +217,11 @@ Tensor flatten(const Tensor& x, int64_t outdim, Loc loc) {
   return eager(+[](Vars v, Params p, const Loc& l) { return flatten(v[0], p[0], l); }, {x}, {outdim}, loc);
 }
 
+Tensor cumsum(const Tensor& x, std::optional<int64_t> axis, Loc loc) {
+  return eager(+[](Vars v, Params p, const Loc& l) { return cumsum(v[0], optional_at(p, 0), l); }, {x},
+               {axis.has_value(), axis.value_or(0)}, loc);
+}
+
 Tensor one_hot(const Tensor& indices, int64_t n, DType dtype, Loc loc) {
   return eager(+[](Vars v, Params p, const Loc& l) { return one_hot(v[0], p[0], static_cast<DType>(p[1]), l); }, {indices},
                {n, static_cast<int64_t>(dtype)}, loc);

@@ -2,6 +2,7 @@
 
 #include "ops/blas.hpp"
 #include "ops/composite.hpp"
+#include "ops/cumulative.hpp"
 #include "ops/elemwise.hpp"
 #include "ops/ifelse.hpp"
 #include "ops/join.hpp"
@@ -26,6 +27,7 @@ CpuBackend::CpuBackend() {
   add_nnet_kernels(kernels_);
   add_ifelse_kernels(kernels_);
   add_scan_kernels(kernels_);
+  add_cumulative_kernels(kernels_);
 }
 
 std::shared_ptr<Storage> CpuBackend::allocate(size_t bytes) const { return Storage::allocate(bytes); }
