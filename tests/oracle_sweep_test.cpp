@@ -523,6 +523,22 @@ TEST(OracleSweep, ShapeAndIndexingOpsEveryDtypeLayoutAndMode) {
       cases.push_back({cumsum(x, -1), along_cols});
       cases.push_back({cumsum(x), flat});
     }
+    {  // tile, repeat, pad
+      std::vector<double> tiled, repeated, padded;
+      for (int rep = 0; rep < 2; ++rep)
+        for (int64_t i = 0; i < r; ++i)
+          for (int rep2 = 0; rep2 < 2; ++rep2)
+            for (int64_t j = 0; j < c; ++j) tiled.push_back(at(X, i, j));
+      for (int64_t i = 0; i < r; ++i)
+        for (int64_t j = 0; j < c; ++j)
+          for (int k = 0; k < 3; ++k) repeated.push_back(at(X, i, j));
+      const double value = round_to(dtype, 1.0);
+      for (int64_t i = -1; i < r + 1; ++i)
+        for (int64_t j = -2; j < c; ++j) padded.push_back(i < 0 || i >= r || j < 0 ? value : at(X, i, j));
+      cases.push_back({tile(x, {2, 2}), tiled});
+      cases.push_back({repeat(x, 3, -1), repeated});
+      cases.push_back({pad(x, {{1, 1}, {2, 0}}, 1.0), padded});
+    }
     if (is_integer(dtype)) {  // one_hot of the values shifted into [0, 11), negative ones counting from the end
       std::vector<double> hot;
       for (double v : X)
@@ -696,6 +712,10 @@ TEST(OracleSweep, EveryDifferentiableOpPassesVerifyGradAndVerifyRopInF64) {
       {"cumsum", [](V v) { return cumsum(v[0], 1); }, {m}},
       {"cumsum axis 0", [](V v) { return cumsum(v[0], 0); }, {m}},
       {"cumsum flattened", [](V v) { return cumsum(v[0]); }, {m}},
+      {"tile", [](V v) { return tile(v[0], {2, 1, 3}); }, {m}},
+      {"repeat", [](V v) { return repeat(v[0], 3, 1); }, {m}},
+      {"repeat flattened", [](V v) { return repeat(v[0], 2); }, {m}},
+      {"pad", [](V v) { return pad(v[0], {{1, 2}, {0, 3}}, 0.5); }, {m}},
       {"dot matrix", [](V v) { return dot(v[0], transpose(v[1])); }, {m, m2}},
       {"dot matrix vector", [](V v) { return dot(v[0], v[1]); }, {m, vec}},
       {"dot vector vector", [](V v) { return dot(v[0], v[0] * 0.5); }, {vec}},

@@ -2,6 +2,7 @@
 #include <initializer_list>
 #include <optional>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kiln/graph.hpp"
@@ -122,6 +123,15 @@ Var arange(RangeValue start, RangeValue stop, RangeValue step = 1, Loc loc = Loc
 // A new last axis of n classes: 1 at each index, 0 elsewhere, as NumPy's eye(n, dtype)[indices]
 // (negative indices count from the end; indices out of range raise ShapeError when it runs).
 Var one_hot(const Var& indices, int64_t n, DType dtype = DType::f32, Loc loc = Loc::current());
+// NumPy's tile: x repeated reps[d] times along each axis (reps shorter than x's ndim is padded
+// with 1 on the left; longer, x gains axes of 1 on the left).
+Var tile(const Var& x, std::vector<int64_t> reps, Loc loc = Loc::current());
+// NumPy's repeat with one count: each element `repeats` times in a row along axis (none: over the
+// flattened values).
+Var repeat(const Var& x, int64_t repeats, std::optional<int64_t> axis = std::nullopt, Loc loc = Loc::current());
+// NumPy's pad in constant mode: widths[d] = {before, after} values of `value` added on axis d
+// (one pair for every axis, or a single pair used for all).
+Var pad(const Var& x, std::vector<std::pair<int64_t, int64_t>> widths, double value = 0, Loc loc = Loc::current());
 Var zeros_like(const Var& x, Loc loc = Loc::current());
 Var ones_like(const Var& x, Loc loc = Loc::current());
 

@@ -217,6 +217,17 @@ Tensor flatten(const Tensor& x, int64_t outdim, Loc loc) {
   return eager(+[](Vars v, Params p, const Loc& l) { return flatten(v[0], p[0], l); }, {x}, {outdim}, loc);
 }
 
+Tensor tile(const Tensor& x, std::vector<int64_t> reps, Loc loc) {
+  const EagerArg args[] = {x};
+  return run_eager(+[](Vars v, Params p, const Loc& l) { return tile(v[0], std::vector<int64_t>(p.begin(), p.end()), l); },
+                   args, reps, loc);
+}
+
+Tensor repeat(const Tensor& x, int64_t repeats, std::optional<int64_t> axis, Loc loc) {
+  return eager(+[](Vars v, Params p, const Loc& l) { return repeat(v[0], p[0], optional_at(p, 1), l); }, {x},
+               {repeats, axis.has_value(), axis.value_or(0)}, loc);
+}
+
 Tensor cumsum(const Tensor& x, std::optional<int64_t> axis, Loc loc) {
   return eager(+[](Vars v, Params p, const Loc& l) { return cumsum(v[0], optional_at(p, 0), l); }, {x},
                {axis.has_value(), axis.value_or(0)}, loc);
