@@ -7,6 +7,7 @@
 #include <functional>
 #include <iostream>
 #include <limits>
+#include <numeric>
 
 #include "graph/node.hpp"
 #include "graph/op.hpp"
@@ -539,6 +540,28 @@ TEST(OracleSweep, ShapeAndIndexingOpsEveryDtypeLayoutAndMode) {
       cases.push_back({repeat(x, 3, -1), repeated});
       cases.push_back({pad(x, {{1, 1}, {2, 0}}, 1.0), padded});
     }
+    {  // sort and argsort along each axis (stable: ties keep their order)
+      std::vector<double> sorted_rows(static_cast<size_t>(r * c)), order_rows(static_cast<size_t>(r * c));
+      std::vector<double> sorted_cols(static_cast<size_t>(r * c));
+      for (int64_t i = 0; i < r; ++i) {
+        std::vector<int64_t> order(static_cast<size_t>(c));
+        std::iota(order.begin(), order.end(), int64_t{0});
+        std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return at(X, i, a) < at(X, i, b); });
+        for (int64_t j = 0; j < c; ++j) {
+          sorted_rows[i * c + j] = at(X, i, order[j]);
+          order_rows[i * c + j] = static_cast<double>(order[j]);
+        }
+      }
+      for (int64_t j = 0; j < c; ++j) {
+        std::vector<double> column;
+        for (int64_t i = 0; i < r; ++i) column.push_back(at(X, i, j));
+        std::stable_sort(column.begin(), column.end());
+        for (int64_t i = 0; i < r; ++i) sorted_cols[i * c + j] = column[i];
+      }
+      cases.push_back({sort(x), sorted_rows});
+      cases.push_back({argsort(x, 1), order_rows});
+      cases.push_back({sort(x, 0), sorted_cols});
+    }
     if (is_integer(dtype)) {  // one_hot of the values shifted into [0, 11), negative ones counting from the end
       std::vector<double> hot;
       for (double v : X)
@@ -716,6 +739,8 @@ TEST(OracleSweep, EveryDifferentiableOpPassesVerifyGradAndVerifyRopInF64) {
       {"repeat", [](V v) { return repeat(v[0], 3, 1); }, {m}},
       {"repeat flattened", [](V v) { return repeat(v[0], 2); }, {m}},
       {"pad", [](V v) { return pad(v[0], {{1, 2}, {0, 3}}, 0.5); }, {m}},
+      {"sort", [](V v) { return sort(v[0]); }, {m}},
+      {"sort axis 0", [](V v) { return sort(v[0], 0); }, {m}},
       {"dot matrix", [](V v) { return dot(v[0], transpose(v[1])); }, {m, m2}},
       {"dot matrix vector", [](V v) { return dot(v[0], v[1]); }, {m, vec}},
       {"dot vector vector", [](V v) { return dot(v[0], v[0] * 0.5); }, {vec}},

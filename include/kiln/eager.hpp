@@ -141,6 +141,8 @@ Tensor concatenate(std::initializer_list<Tensor> xs, int64_t axis = 0, Loc loc =
 Tensor stack(std::initializer_list<Tensor> xs, int64_t axis = 0, Loc loc = Loc::current());
 Tensor tile(const Tensor& x, std::vector<int64_t> reps, Loc loc = Loc::current());
 Tensor repeat(const Tensor& x, int64_t repeats, std::optional<int64_t> axis = std::nullopt, Loc loc = Loc::current());
+Tensor sort(const Tensor& x, int64_t axis = -1, Loc loc = Loc::current());
+Tensor argsort(const Tensor& x, int64_t axis = -1, Loc loc = Loc::current());
 Tensor zeros_like(const Tensor& x, Loc loc = Loc::current());
 Tensor ones_like(const Tensor& x, Loc loc = Loc::current());
 Tensor slice(const Tensor& x, int64_t axis, std::optional<int64_t> start = std::nullopt,

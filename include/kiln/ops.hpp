@@ -132,6 +132,10 @@ Var repeat(const Var& x, int64_t repeats, std::optional<int64_t> axis = std::nul
 // NumPy's pad in constant mode: widths[d] = {before, after} values of `value` added on axis d
 // (one pair for every axis, or a single pair used for all).
 Var pad(const Var& x, std::vector<std::pair<int64_t, int64_t>> widths, double value = 0, Loc loc = Loc::current());
+// Sorted along axis, ascending, NaN last (NumPy's sort with kind="stable"); argsort gives the i64
+// indices that sort. The gradient of sort sends each value's gradient back through the permutation.
+Var sort(const Var& x, int64_t axis = -1, Loc loc = Loc::current());
+Var argsort(const Var& x, int64_t axis = -1, Loc loc = Loc::current());
 Var zeros_like(const Var& x, Loc loc = Loc::current());
 Var ones_like(const Var& x, Loc loc = Loc::current());
 

@@ -228,6 +228,14 @@ Tensor repeat(const Tensor& x, int64_t repeats, std::optional<int64_t> axis, Loc
                {repeats, axis.has_value(), axis.value_or(0)}, loc);
 }
 
+Tensor sort(const Tensor& x, int64_t axis, Loc loc) {
+  return eager(+[](Vars v, Params p, const Loc& l) { return sort(v[0], p[0], l); }, {x}, {axis}, loc);
+}
+
+Tensor argsort(const Tensor& x, int64_t axis, Loc loc) {
+  return eager(+[](Vars v, Params p, const Loc& l) { return argsort(v[0], p[0], l); }, {x}, {axis}, loc);
+}
+
 Tensor cumsum(const Tensor& x, std::optional<int64_t> axis, Loc loc) {
   return eager(+[](Vars v, Params p, const Loc& l) { return cumsum(v[0], optional_at(p, 0), l); }, {x},
                {axis.has_value(), axis.value_or(0)}, loc);

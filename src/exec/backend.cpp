@@ -10,6 +10,7 @@
 #include "ops/reduce.hpp"
 #include "ops/scan.hpp"
 #include "ops/shape.hpp"
+#include "ops/sort.hpp"
 #include "ops/subtensor.hpp"
 
 namespace kiln {
@@ -28,6 +29,7 @@ CpuBackend::CpuBackend() {
   add_ifelse_kernels(kernels_);
   add_scan_kernels(kernels_);
   add_cumulative_kernels(kernels_);
+  add_sort_kernels(kernels_);
 }
 
 std::shared_ptr<Storage> CpuBackend::allocate(size_t bytes) const { return Storage::allocate(bytes); }
