@@ -2,6 +2,7 @@
 #include "ops/cumulative.hpp"
 
 #include "kiln/ops.hpp"
+#include "ops/along_axis.hpp"
 #include "tensor/dispatch.hpp"
 
 namespace kiln {
@@ -40,11 +41,6 @@ class CumSumKernel final : public KernelOf<CumSum> {
   void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
     const Tensor& x = in[0];
     Tensor& o = out[0];  // contiguous
-    const int64_t axis = op().axis(), nd = x.ndim();
-    const int64_t n = x.shape()[axis];
-    int64_t outer = 1, inner = 1;
-    for (int64_t d = 0; d < axis; ++d) outer *= x.shape()[d];
-    for (int64_t d = axis + 1; d < nd; ++d) inner *= x.shape()[d];
     if (o.numel() == 0) return;
     dispatch_dtype(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
@@ -53,23 +49,13 @@ class CumSumKernel final : public KernelOf<CumSum> {
       } else {
         const T* px = reinterpret_cast<const T*>(x.raw_data());
         T* po = reinterpret_cast<T*>(o.raw_data());
-        // x is read through its strides: each run along the axis starts where the row-major
-        // index r of the other axes, unravelled once per run, puts it.
-        for (int64_t r = 0; r < outer * inner; ++r) {
-          int64_t rest = r, offset = 0;
-          for (int64_t d = nd - 1; d >= 0; --d) {
-            if (d == axis) continue;
-            const int64_t size = x.shape()[d];
-            offset += (rest % size) * x.strides()[d];
-            rest /= size;
-          }
-          const int64_t o_index = (r / inner) * n * inner + r % inner;
+        for_each_run_along(x, op().axis(), [&](int64_t xo, int64_t oo, int64_t n, int64_t xs, int64_t os) {
           T acc = T(0);
           for (int64_t i = 0; i < n; ++i) {
-            acc = static_cast<T>(acc + px[offset + i * x.strides()[axis]]);
-            po[o_index + i * inner] = acc;
+            acc = static_cast<T>(acc + px[xo + i * xs]);
+            po[oo + i * os] = acc;
           }
-        }
+        });
       }
     });
   }

@@ -6,34 +6,24 @@
 #include <numeric>
 
 #include "kiln/ops.hpp"
+#include "ops/along_axis.hpp"
 #include "tensor/dispatch.hpp"
 
 namespace kiln {
 
 namespace {
 
-std::string same_shape_error(const std::string& op, const Shape& a, const Shape& b) {
-  return op + ": the indices must have the values' shape, got " + shape_str(b) + " for values of shape " + shape_str(a);
+// take_along and its gradient: integer indices of the values' ndim, then of their shape.
+void check_along_types(const std::string& op, const Type& values, const Type& indices, int64_t axis) {
+  if (!is_integer(indices.dtype)) throw TypeError(op + ": indices must be integers, got " + indices.str());
+  if (values.ndim() != indices.ndim() || axis >= values.ndim())
+    throw TypeError(op + ": the indices must have the values' ndim, got " + indices.str() + " for " + values.str());
 }
-
-// Calls row(offset_of_x, offset_of_other, n, x_step, other_step) for every 1-D run along axis
-// of x (strided) and of a contiguous tensor of x's shape.
-template <class F> void for_each_row(const Tensor& x, int64_t axis, F row) {
-  const int64_t nd = x.ndim(), n = x.shape()[axis];
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < axis; ++d) outer *= x.shape()[d];
-  for (int64_t d = axis + 1; d < nd; ++d) inner *= x.shape()[d];
-  if (x.numel() == 0) return;
-  for (int64_t r = 0; r < outer * inner; ++r) {
-    int64_t rest = r, offset = 0;
-    for (int64_t d = nd - 1; d >= 0; --d) {
-      if (d == axis) continue;
-      const int64_t size = x.shape()[d];
-      offset += (rest % size) * x.strides()[d];
-      rest /= size;
-    }
-    row(offset, (r / inner) * n * inner + r % inner, n, x.strides()[axis], inner);
-  }
+Shape check_along_shapes(const std::string& op, const std::vector<Shape>& in) {
+  if (in[0] != in[1])
+    throw ShapeError(op + ": the indices must have the values' shape, got " + shape_str(in[1]) + " for values of shape " +
+                     shape_str(in[0]));
+  return in[0];
 }
 
 // A stable sort of v[0, n) with `buffer` (n elements) as its working space: bottom-up merges of
@@ -76,7 +66,7 @@ class ArgsortKernel final : public KernelOf<Argsort> {
     dispatch_dtype(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       const T* px = reinterpret_cast<const T*>(x.raw_data());
-      for_each_row(x, op().axis(), [&](int64_t xo, int64_t oo, int64_t n, int64_t xs, int64_t os) {
+      for_each_run_along(x, op().axis(), [&](int64_t xo, int64_t oo, int64_t n, int64_t xs, int64_t os) {
         std::iota(order, order + n, int64_t{0});
         const T* row = px + xo;
         merge_sort(order, buffer, n, [&](int64_t i, int64_t j) {
@@ -120,7 +110,7 @@ class TakeAlongKernel final : public KernelOf<TakeAlong> {
       using T = decltype(tag);
       const T* px = reinterpret_cast<const T*>(x.raw_data());
       T* po = reinterpret_cast<T*>(out[0].raw_data());
-      for_each_row(x, axis, [&](int64_t xo, int64_t oo, int64_t n, int64_t xs, int64_t os) {
+      for_each_run_along(x, axis, [&](int64_t xo, int64_t oo, int64_t n, int64_t xs, int64_t os) {
         for (int64_t i = 0; i < n; ++i) po[oo + i * os] = px[xo + idx[oo + i * os] * xs];
       });
     });
@@ -143,7 +133,7 @@ class TakeAlongGradKernel final : public KernelOf<TakeAlongGrad> {
         const T* pg = reinterpret_cast<const T*>(g.raw_data());
         T* po = reinterpret_cast<T*>(out[0].raw_data());
         std::fill_n(po, g.numel(), T(0));
-        for_each_row(g, axis, [&](int64_t go, int64_t oo, int64_t n, int64_t gs, int64_t os) {
+        for_each_run_along(g, axis, [&](int64_t go, int64_t oo, int64_t n, int64_t gs, int64_t os) {
           for (int64_t i = 0; i < n; ++i) po[oo + idx[oo + i * os] * os] += pg[go + i * gs];
         });
       }
@@ -163,15 +153,12 @@ std::vector<Shape> Argsort::infer_shapes(const std::vector<Shape>& in, const std
 }
 
 std::vector<Type> TakeAlong::infer_types(const std::vector<Type>& in) const {
-  if (!is_integer(in[1].dtype)) throw TypeError(name() + ": indices must be integers, got " + in[1].str());
-  if (in[0].ndim() != in[1].ndim() || axis_ >= in[0].ndim())
-    throw TypeError(name() + ": the indices must have the values' ndim, got " + in[1].str() + " for " + in[0].str());
+  check_along_types(name(), in[0], in[1], axis_);
   return {Type{in[0].dtype, in[1].broadcastable}};
 }
 
 std::vector<Shape> TakeAlong::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
-  if (in[0] != in[1]) throw ShapeError(same_shape_error(name(), in[0], in[1]));
-  return {in[1]};
+  return {check_along_shapes(name(), in)};
 }
 
 std::vector<Var> TakeAlong::L_op(const Node& node, const std::vector<Var>& gouts) const {
@@ -182,15 +169,12 @@ std::vector<Var> TakeAlong::L_op(const Node& node, const std::vector<Var>& gouts
 }
 
 std::vector<Type> TakeAlongGrad::infer_types(const std::vector<Type>& in) const {
-  if (!is_integer(in[1].dtype)) throw TypeError(name() + ": indices must be integers, got " + in[1].str());
-  if (in[0].ndim() != in[1].ndim() || axis_ >= in[0].ndim())
-    throw TypeError(name() + ": the indices must have the gradient's ndim, got " + in[1].str() + " for " + in[0].str());
+  check_along_types(name(), in[0], in[1], axis_);
   return {Type{in[0].dtype, in[0].broadcastable}};
 }
 
 std::vector<Shape> TakeAlongGrad::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
-  if (in[0] != in[1]) throw ShapeError(same_shape_error(name(), in[0], in[1]));
-  return {in[0]};
+  return {check_along_shapes(name(), in)};
 }
 
 std::vector<Var> TakeAlongGrad::L_op(const Node& node, const std::vector<Var>& gouts) const {
