@@ -367,6 +367,12 @@ Var expand_reduced(const Var& v, const std::vector<int64_t>& axes, int64_t ndim,
   return dimshuffle(v, pattern, loc);
 }
 
+Var reduced_count(const Var& x, const std::vector<int64_t>& axes, const Loc& loc) {
+  if (axes.empty()) return constant(Tensor::scalar<int64_t>(1));
+  const Var sizes = take(shape_of(x, loc), constant(Tensor::from(axes, {static_cast<int64_t>(axes.size())})), 0, loc);
+  return prod(sizes, {}, false, loc);
+}
+
 std::vector<Var> Reduce::L_op(const Node& node, const std::vector<Var>& gouts) const {
   const Loc loc = node.loc;
   const Var& x = node.inputs[0];
@@ -376,11 +382,7 @@ std::vector<Var> Reduce::L_op(const Node& node, const std::vector<Var>& gouts) c
   Var g = expand_reduced(gouts[0], axes_, nd, loc);
   switch (kind_) {
     case ReduceKind::sum: return {fill_like(x, g, loc)};
-    case ReduceKind::mean: {
-      std::vector<int64_t> idx(axes_.begin(), axes_.end());
-      Var count = prod(take(shape_of(x, loc), constant(Tensor::from(idx, {static_cast<int64_t>(idx.size())})), 0, loc), {}, false, loc);
-      return {fill_like(x, g / cast(count, x.dtype(), loc), loc)};
-    }
+    case ReduceKind::mean: return {fill_like(x, g / cast(reduced_count(x, axes_, loc), x.dtype(), loc), loc)};
     case ReduceKind::prod: {
       // The product of the others, without dividing by zero: a group without zeros gives
       // prod / x; with one zero, that element gets the product of the rest and the others 0;
@@ -482,12 +484,7 @@ Var var(const Var& x, Axes axes, bool keepdims, int64_t ddof, Loc loc) {
   const auto norm = normalize_axes(axes, x.ndim(), "var", loc);
   const Var xf = is_float(x.dtype()) ? x : cast(x, DType::f64, loc);
   const Var deviation = xf - mean(xf, norm, true, loc);
-  Var count = constant(Tensor::scalar<int64_t>(1));
-  if (!norm.empty()) {
-    const std::vector<int64_t> idx(norm.begin(), norm.end());
-    count = prod(take(shape_of(xf, loc), constant(Tensor::from(idx, {static_cast<int64_t>(idx.size())})), 0, loc), {}, false, loc);
-  }
-  const Var divisor = cast(maximum(count - ddof, 0, loc), xf.dtype(), loc);
+  const Var divisor = cast(maximum(reduced_count(xf, norm, loc) - ddof, 0, loc), xf.dtype(), loc);
   return sum(deviation * deviation, norm, keepdims, loc) / divisor;
 }
 
