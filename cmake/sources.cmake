@@ -31,6 +31,8 @@ set(KILN_SOURCES
   src/ops/scan.cpp
   src/ops/patterns.cpp
   src/ops/stable_forms.cpp
+  src/ops/cumulative.cpp
+  src/ops/sort.cpp
   src/exec/backend.cpp
   src/exec/run_node.cpp
   src/eager/run_eager.cpp

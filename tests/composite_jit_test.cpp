@@ -119,6 +119,9 @@ std::vector<Case> cases() {
       {"abs", 1, [](auto v) { return abs(v[0]) - 1.0; }},
       {"sign", 1, [](auto v) { return sign(v[0]) * 3.0; }},
       {"sqrt", 1, [](auto v) { return sqrt(v[0] * v[0] + 0.25); }},
+      {"floor ceil round", 1, [](auto v) { return floor(v[0] * 1.5) + ceil(v[0] - 0.5) * round(v[0] * 0.5); }},
+      {"round half way", 1, [](auto v) { return round(floor(v[0] * 4.0) * 0.5); }},
+      {"clip", 1, [](auto v) { return clip(v[0] * 2.0, -3.5, 50.0); }},
       {"exp", 1, [](auto v) { return exp(v[0]) + 0.5; }, true},
       {"tanh", 1, [](auto v) { return tanh(v[0]) * 0.5; }, true},
       {"sigmoid", 1, [](auto v) { return sigmoid(v[0]) * 2.0; }, true},
@@ -140,7 +143,8 @@ TEST(CompositeJit, WhatIsCompiledAndWhatTheInterpreterRuns) {
   for (Isa isa : compiled_isas())
     for (DType dtype : {DType::f32, DType::f64}) {
       SCOPED_TRACE(std::string(dtype_name(dtype)) + " on " + isa_name(isa));
-      for (ScalarOp op : {ScalarOp::neg, ScalarOp::sqr, ScalarOp::relu, ScalarOp::abs, ScalarOp::sign, ScalarOp::sqrt})
+      for (ScalarOp op : {ScalarOp::neg, ScalarOp::sqr, ScalarOp::relu, ScalarOp::abs, ScalarOp::sign, ScalarOp::sqrt,
+                          ScalarOp::floor, ScalarOp::ceil, ScalarOp::round})
         EXPECT_TRUE(compiles(op, 1, dtype, isa)) << scalar_op_name(op);
       for (ScalarOp op : {ScalarOp::add, ScalarOp::sub, ScalarOp::mul, ScalarOp::div, ScalarOp::maximum,
                           ScalarOp::minimum, ScalarOp::fill})
@@ -150,9 +154,10 @@ TEST(CompositeJit, WhatIsCompiledAndWhatTheInterpreterRuns) {
       // kiln's own f32 exp, tanh and sigmoid are compiled; f64 ones are libm's.
       for (ScalarOp op : {ScalarOp::exp, ScalarOp::tanh, ScalarOp::sigmoid})
         EXPECT_EQ(compiles(op, 1, dtype, isa), dtype == DType::f32) << scalar_op_name(op);
-      for (ScalarOp op : {ScalarOp::log, ScalarOp::log1p, ScalarOp::softplus, ScalarOp::sin})
+      for (ScalarOp op : {ScalarOp::log, ScalarOp::log1p, ScalarOp::softplus, ScalarOp::sin, ScalarOp::erf})
         EXPECT_FALSE(compiles(op, 1, dtype, isa)) << scalar_op_name(op);
       EXPECT_FALSE(compiles(ScalarOp::pow, 2, dtype, isa));
+      EXPECT_FALSE(compiles(ScalarOp::mod, 2, dtype, isa));
     }
   // Integer programs and programs over more inputs than the loop keeps in registers are the
   // interpreter's.

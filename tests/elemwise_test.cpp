@@ -1,4 +1,6 @@
+#include <cmath>
 #include <functional>
+#include <limits>
 
 #include "test_util.hpp"
 
@@ -237,4 +239,176 @@ TEST(Elemwise, BoolOperandsFollowNumPy) {
     EXPECT_EQ(o[4].to_vector<bool>()[1], true);
     EXPECT_EQ(o[5].to_vector<int64_t>()[0], 3);
   }
+}
+
+// The everyday ops of issue 15: square, floor, ceil, round, mod, erf, clip.
+
+namespace {
+constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Runs f on `values` compiled plainly and fused (fast_run), which must agree bit for bit here.
+Tensor both_ways(const std::vector<Var>& in, const Var& out, const std::vector<Tensor>& values) {
+  const Tensor fused = eval1(in, out, values);
+  const Tensor plain = function(std::vector<In>(in.begin(), in.end()), {out}, {.mode = plain_mode()})(values)[0];
+  EXPECT_EQ(fused.dtype(), plain.dtype());
+  const auto a = fused.to_vector<double>(), b = plain.to_vector<double>();
+  EXPECT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+    EXPECT_TRUE(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i]))) << "element " << i << ": " << a[i] << " vs " << b[i];
+  return fused;
+}
+}  // namespace
+
+TEST(Elemwise, FloorCeilRoundValuesWithHalfwayCasesNegativesAndNaN) {
+  const std::vector<double> in = {-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, -1.7, 1.2, -0.0, 3.0, kNan, kInf, -kInf, 0.49999999999999994};
+  const std::vector<double> floors = {-3, -2, -1, 0, 1, 2, -2, 1, -0.0, 3, kNan, kInf, -kInf, 0};
+  const std::vector<double> ceils = {-2, -1, -0.0, 1, 2, 3, -1, 2, -0.0, 3, kNan, kInf, -kInf, 1};
+  const std::vector<double> rounds = {-2, -2, -0.0, 0, 2, 2, -2, 1, -0.0, 3, kNan, kInf, -kInf, 0};  // NumPy: half to even
+  for (DType dt : {f64, f32}) {
+    SCOPED_TRACE(dtype_name(dt));
+    Var x = vector("x", dt);
+    const Tensor xv = Tensor::from(in, {static_cast<int64_t>(in.size())}).to(dt);
+    for (auto [y, want] : {std::pair{floor(x), floors}, std::pair{ceil(x), ceils}, std::pair{round(x), rounds}}) {
+      const Tensor got = both_ways({x}, y, {xv});
+      EXPECT_EQ(got.dtype(), dt);
+      expect_values(got, want, 0);
+    }
+    // The sign of a zero result is NumPy's: floor(-0.0), ceil(-0.5) and round(-0.5) are -0.0.
+    EXPECT_TRUE(std::signbit(eval1({x}, ceil(x), {xv}).to_vector<double>()[2]));
+    EXPECT_TRUE(std::signbit(eval1({x}, round(x), {xv}).to_vector<double>()[2]));
+  }
+}
+
+TEST(Elemwise, RoundingKeepsIntegersAndBoolsAsTheyAre) {
+  for (DType dt : {i32, i64, b8}) {
+    Var x = vector("x", dt);
+    const Tensor xv = Tensor::from(std::vector<double>{-3, 0, 1, 7}, {4}).to(dt);
+    for (const Var& y : {floor(x), ceil(x), round(x)}) {
+      EXPECT_EQ(y.dtype(), dt);
+      expect_values(both_ways({x}, y, {xv}), xv.to_vector<double>(), 0);
+    }
+  }
+}
+
+TEST(Elemwise, RoundingHasZeroGradient) {
+  Var x = vector("x", f64);
+  Function f = function({x}, {grad(sum(floor(x) + ceil(x) + round(x)), x)});
+  expect_values(f(Tensor::from({-1.5, 0.3, 2.5}, {3}))[0], {0, 0, 0}, 0);
+  verify_grad([](std::vector<Var> v) { return round(v[0]) * v[0] + floor(v[0]) - ceil(v[0]); },
+              {Tensor::from({-1.3, 0.2, 2.7, -0.6}, {4})});
+}
+
+TEST(Elemwise, SquareIsSqr) {
+  Var x = vector("x", i32);
+  Var y = square(x);
+  EXPECT_EQ(y.dtype(), i32);
+  expect_values(eval1({x}, y, {Tensor::from(std::vector<int32_t>{-3, 0, 4}, {3})}), {9, 0, 16}, 0);
+  EXPECT_EQ(square(vector("b", b8)).dtype(), i64);  // as sqr: True * True is 1
+  verify_grad([](std::vector<Var> v) { return square(v[0]); }, {random_tensor({5}, f64, -2, 2)});
+  verify_rop([](std::vector<Var> v) { return square(v[0]); }, {random_tensor({5}, f64, -2, 2)});
+}
+
+TEST(Elemwise, ModTakesTheDivisorsSignAsNumPy) {
+  Var a = vector("a", f64), b = vector("b", f64);
+  const Tensor av = Tensor::from({5.0, -5.0, 5.0, -5.0, 5.5, -0.0, 0.0, 3.0, 1.0, -1.0, kInf, kNan, 7.0}, {13});
+  const Tensor bv = Tensor::from({3.0, 3.0, -3.0, -3.0, 2.0, 3.0, -3.0, 0.0, kInf, kInf, 2.0, 2.0, kNan}, {13});
+  const Tensor r = both_ways({a, b}, a % b, {av, bv});
+  expect_values(r, {2, 1, -1, -2, 1.5, 0, -0.0, kNan, 1, kInf, kNan, kNan, kNan}, 0);
+  const auto rv = r.to_vector<double>();
+  EXPECT_FALSE(std::signbit(rv[5]));  // a zero result takes the divisor's sign
+  EXPECT_TRUE(std::signbit(rv[6]));
+  // f32, and mod() spelled out, with a weak number.
+  Var c = vector("c", f32);
+  Var m = mod(c, 2.5);
+  EXPECT_EQ(m.dtype(), f32);
+  expect_values(both_ways({c}, m, {Tensor::from({-1.0f, 6.0f, 2.5f}, {3})}), {1.5, 1.0, 0.0}, 1e-7);
+}
+
+TEST(Elemwise, IntegerModByZeroIsZeroAndNeverTraps) {
+  for (DType dt : {i64, i32}) {
+    Var a = vector("a", dt), b = vector("b", dt);
+    const double lowest = dt == i64 ? static_cast<double>(INT64_MIN) : static_cast<double>(INT32_MIN);
+    const Tensor av = Tensor::from(std::vector<double>{7, -7, 7, -7, 5, lowest, 0, 9}, {8}).to(dt);
+    const Tensor bv = Tensor::from(std::vector<double>{3, 3, -3, -3, 0, -1, -4, 4}, {8}).to(dt);
+    Var y = a % b;
+    EXPECT_EQ(y.dtype(), dt);
+    expect_values(both_ways({a, b}, y, {av, bv}), {1, 2, -2, -1, 0, 0, 0, 1}, 0);
+  }
+  Var p = vector("p", b8);
+  EXPECT_EQ((p % p).dtype(), i64);  // NumPy: bool % bool is an integer
+  Var i = vector("i", i64);
+  EXPECT_EQ((i % 2.5).dtype(), f64);
+}
+
+TEST(Elemwise, ModGradient) {
+  Var a = vector("a", f64), b = vector("b", f64);
+  const std::vector<Var> ga = grad(sum(a % b), {a, b});
+  Function f = function({a, b}, {ga[0], ga[1]});
+  auto g = f(Tensor::from({5.0, -5.0, 7.5}, {3}), Tensor::from({3.0, 3.0, -2.0}, {3}));
+  expect_values(g[0], {1, 1, 1}, 0);
+  expect_values(g[1], {-1, 2, 4}, 0);  // -floor(a / b)
+  const std::vector<Tensor> at = {random_tensor({3, 4}, f64, -4, 4, 3), random_tensor({3, 4}, f64, 0.5, 2, 4)};
+  verify_grad([](std::vector<Var> v) { return v[0] % v[1]; }, at);
+  verify_rop([](std::vector<Var> v) { return v[0] % v[1]; }, at);
+  verify_grad([](std::vector<Var> v) { return v[0] % -v[1]; }, at);
+}
+
+TEST(Elemwise, ErfValuesAndGradient) {
+  Var x = vector("x", f64);
+  expect_values(both_ways({x}, erf(x), {Tensor::from({0.0, 1.0, -0.5, 3.0, -kInf, kNan}, {6})}),
+                {0.0, 0.8427007929497149, -0.5204998778130465, 0.9999779095030014, -1.0, kNan}, 1e-15);
+  Var i = vector("i", i32);
+  EXPECT_EQ(erf(i).dtype(), f64);
+  Var h = vector("h", f32);
+  EXPECT_EQ(erf(h).dtype(), f32);
+  expect_values(both_ways({h}, erf(h) * 2.0f, {Tensor::from({0.25f, -2.0f}, {2})}), {2 * 0.2763263901682369, 2 * -0.9953222650189527}, 1e-6);
+  verify_grad([](std::vector<Var> v) { return erf(v[0]); }, {random_tensor({3, 4}, f64, -2, 2)});
+  verify_rop([](std::vector<Var> v) { return erf(v[0]); }, {random_tensor({3, 4}, f64, -2, 2)});
+}
+
+TEST(Elemwise, ClipValuesWithNumbersAndVarBounds) {
+  Var x = vector("x", f64);
+  Tensor xv = Tensor::from({-2.0, -1.0, 0.0, 0.5, 1.0, 3.0, kNan}, {7});
+  expect_values(both_ways({x}, clip(x, -1, 1), {xv}), {-1, -1, 0, 0.5, 1, 1, kNan}, 0);
+  expect_values(eval1({x}, clip(x, 2.0, 1.0), {xv}), {1, 1, 1, 1, 1, 1, kNan}, 0);  // lo > hi: hi, as NumPy
+  Var lo = vector("lo", f64), hi = vector("hi", f64);
+  expect_values(both_ways({x, lo, hi}, clip(x, lo, hi * 2.0),
+                          {Tensor::from({-2.0, 5.0, 0.0}, {3}), Tensor::from({-1.0, 0.0, 1.0}, {3}), Tensor::from({1.0, 1.0, 1.0}, {3})}),
+                {-1, 2, 1}, 0);
+  Var n = vector("n", i32);
+  EXPECT_EQ(clip(n, 0, 3).dtype(), i32);
+  expect_values(eval1({n}, clip(n, 0, 3), {Tensor::from(std::vector<int32_t>{-5, 2, 9}, {3})}), {0, 2, 3}, 0);
+  EXPECT_EQ(clip(n, 0.5, 3).dtype(), f64);  // a float bound makes an integer clip f64, as NumPy 2
+  expect_error<TypeError>([] { clip(Var(), 0, 1); }, {"clip", "empty Var"});
+  expect_error<ShapeError>([&] {
+    function({x, lo}, {clip(x, lo, 1.0)})(Tensor::zeros({3}, f64), Tensor::zeros({2}, f64));
+  }, {"(3,)", "(2,)", "cannot be broadcast"});
+}
+
+TEST(Elemwise, ClipGradientPassesWhereLoLeXLeHi) {
+  Var x = vector("x", f64), lo = vector("lo", f64), hi = vector("hi", f64);
+  const std::vector<Var> gc = grad(sum(clip(x, lo, hi) * 3.0), {x, lo, hi});
+  Function f = function({x, lo, hi}, {gc[0], gc[1], gc[2]});
+  auto g = f(Tensor::from({-2.0, -1.0, 0.0, 1.0, 2.0}, {5}), Tensor::full({5}, -1.0, f64), Tensor::full({5}, 1.0, f64));
+  expect_values(g[0], {0, 3, 3, 3, 0}, 0);
+  expect_values(g[1], {3, 0, 0, 0, 0}, 0);
+  expect_values(g[2], {0, 0, 0, 0, 3}, 0);
+  const std::vector<Tensor> at = {random_tensor({3, 4}, f64, -3, 3, 5), Tensor::full({3, 4}, -1.0, f64), random_tensor({3, 4}, f64, 0.5, 2, 6)};
+  verify_grad([](std::vector<Var> v) { return clip(v[0], v[1], v[2]); }, at);
+  verify_rop([](std::vector<Var> v) { return clip(v[0], v[1], v[2]); }, at);
+}
+
+TEST(Elemwise, NewOpsAreFusedWithTheirNeighbours) {
+  Var x = matrix("x", f64), y = matrix("y", f64);
+  Var z = clip(floor(x * 3.0) % y + erf(x) + round(y) - ceil(x) + square(x), -5.0, 5.0);
+  const std::vector<Tensor> values = {random_tensor({40, 50}, f64, -3, 3, 1), random_tensor({40, 50}, f64, 0.5, 2, 2)};
+  Function f = compare_with_plain({x, y}, z, values);
+  EXPECT_EQ(count_op(f, "composite"), 1);
+}
+
+TEST(Elemwise, EmptyInputs) {
+  Var x = vector("x", f64), y = vector("y", f64);
+  for (const Var& z : {floor(x), ceil(x), round(x), erf(x), x % y, clip(x, y, 1.0), square(x)})
+    EXPECT_EQ(eval1({x, y}, z, {Tensor::zeros({0}, f64), Tensor::zeros({0}, f64)}).shape(), Shape{0});
 }

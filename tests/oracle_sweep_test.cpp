@@ -7,6 +7,7 @@
 #include <functional>
 #include <iostream>
 #include <limits>
+#include <numeric>
 
 #include "graph/node.hpp"
 #include "graph/op.hpp"
@@ -162,6 +163,12 @@ std::vector<ElementwiseCase> elementwise_cases() {
       u("sign", Kind::arithmetic, [](const Var& x) { return sign(x); }, [](double a) { return double((0 < a) - (a < 0)); }),
       u("sin", Kind::float_function, [](const Var& x) { return sin(x); }, [](double a) { return std::sin(a); }),
       u("cos", Kind::float_function, [](const Var& x) { return cos(x); }, [](double a) { return std::cos(a); }),
+      u("square", Kind::arithmetic, [](const Var& x) { return square(x); }, [](double a) { return a * a; }),
+      u("floor", Kind::keeps, [](const Var& x) { return floor(x); }, [](double a) { return std::floor(a); }),
+      u("ceil", Kind::keeps, [](const Var& x) { return ceil(x); }, [](double a) { return std::ceil(a); }),
+      u("round", Kind::keeps, [](const Var& x) { return round(x); }, [](double a) { return std::nearbyint(a); }),
+      u("erf", Kind::float_function, [](const Var& x) { return erf(x); }, [](double a) { return std::erf(a); }),
+      u("clip", Kind::arithmetic, [](const Var& x) { return clip(x, -1, 2); }, [](double a) { return std::min(std::max(a, -1.0), 2.0); }),
       b("add", Kind::arithmetic, [](const Var& x, const Var& y) { return x + y; }, [](double a, double c) { return a + c; }),
       b("sub", Kind::arithmetic, [](const Var& x, const Var& y) { return x - y; }, [](double a, double c) { return a - c; }),
       b("mul", Kind::arithmetic, [](const Var& x, const Var& y) { return x * y; }, [](double a, double c) { return a * c; }),
@@ -175,6 +182,11 @@ std::vector<ElementwiseCase> elementwise_cases() {
       b("ge", Kind::comparison, [](const Var& x, const Var& y) { return x >= y; }, [](double a, double c) { return double(a >= c); }),
       b("eq", Kind::comparison, [](const Var& x, const Var& y) { return x == y; }, [](double a, double c) { return double(a == c); }),
       b("ne", Kind::comparison, [](const Var& x, const Var& y) { return x != y; }, [](double a, double c) { return double(a != c); }),
+      b("mod", Kind::arithmetic, [](const Var& x, const Var& y) { return x % y; },
+        [](double a, double c) { return c == 0 ? 0 : a - std::floor(a / c) * c; }, true),
+      b("mod negative divisor", Kind::arithmetic, [](const Var& x, const Var& y) { return x % -y; },
+        [](double a, double c) { return c == 0 ? 0 : a - std::floor(a / -c) * -c; }, true),
+      b("clip by values", Kind::keeps, [](const Var& x, const Var& y) { return clip(x, y, y); }, [](double, double c) { return c; }),
   };
 }
 
@@ -296,10 +308,17 @@ std::vector<double> reduce_reference(const std::string& name, const std::vector<
     } else if (name == "max" || name == "min") {
       v = g[0];
       for (double e : g) v = name == "max" ? std::max(v, e) : std::min(v, e);
-    } else {  // argmax: the first maximum
+    } else if (name == "var" || name == "std" || name == "var ddof 1") {
+      double mean = 0, squares = 0;
+      for (double e : g) mean += e;
+      mean /= static_cast<double>(g.size());
+      for (double e : g) squares += (e - mean) * (e - mean);
+      v = squares / static_cast<double>(g.size() - (name == "var ddof 1" ? 1 : 0));
+      if (name == "std") v = std::sqrt(v);
+    } else {  // argmax (argmin): the first maximum (minimum)
       size_t best = 0;
       for (size_t i = 1; i < g.size(); ++i)
-        if (g[i] > g[best]) best = i;
+        if (name == "argmin" ? g[i] < g[best] : g[i] > g[best]) best = i;
       v = static_cast<double>(best);
     }
     out.push_back(v);
@@ -308,8 +327,8 @@ std::vector<double> reduce_reference(const std::string& name, const std::vector<
 }
 
 DType reduction_dtype(const std::string& name, DType in) {
-  if (name == "argmax") return i64;
-  if (name == "mean") return is_float(in) ? in : f64;
+  if (name == "argmax" || name == "argmin") return i64;
+  if (name == "mean" || name == "var" || name == "std" || name == "var ddof 1") return is_float(in) ? in : f64;
   if (name == "sum" || name == "prod") return is_float(in) ? in : i64;
   return in;  // max, min: NumPy keeps the dtype, booleans included (any / all)
 }
@@ -323,13 +342,17 @@ TEST(OracleSweep, ReductionsEveryDtypeAxisLayoutModeThreadCountAndInstructionSet
       {"max", [](const Var& x, Axes a, bool k) { return max(x, a, k); }},
       {"min", [](const Var& x, Axes a, bool k) { return min(x, a, k); }},
       {"prod", [](const Var& x, Axes a, bool k) { return prod(x, a, k); }},
-      {"argmax", [](const Var& x, Axes a, bool k) { return argmax(x, a, k); }}};
+      {"argmax", [](const Var& x, Axes a, bool k) { return argmax(x, a, k); }},
+      {"argmin", [](const Var& x, Axes a, bool k) { return argmin(x, a, k); }},
+      {"var", [](const Var& x, Axes a, bool k) { return var(x, a, k); }},
+      {"var ddof 1", [](const Var& x, Axes a, bool k) { return var(x, a, k, 1); }},
+      {"std", [](const Var& x, Axes a, bool k) { return kiln::std(x, a, k); }}};
   int combinations = 0;
   for (const Reduction& red : reductions)
     for (DType dtype : kDtypes)
       for (const Axes& axes : std::vector<Axes>{{}, {0}, {1}, {-1}, {0, 1}})
         for (bool keep : {false, true}) {
-          if (red.name == "argmax" && axes.size() == 2) continue;  // one axis or all
+          if ((red.name == "argmax" || red.name == "argmin") && axes.size() == 2) continue;  // one axis or all
           Var x = matrix("x", dtype);
           Var y = red.build(x, axes, keep);
           const DType out = reduction_dtype(red.name, dtype);
@@ -488,6 +511,63 @@ TEST(OracleSweep, ShapeAndIndexingOpsEveryDtypeLayoutAndMode) {
       cases.push_back({inc_subtensor(take(x, constant(Tensor::from(std::vector<int64_t>{2, -2}))), slice(y, 0, 0, 2) * 0 + slice(y, 0, 0, 1)),
                        taken_inc});
     }
+    {  // cumsum (integers and bools sum as i64, added in order in the result's dtype)
+      const DType sum_dtype = is_float(dtype) ? dtype : i64;
+      std::vector<double> along_rows = X, along_cols = X, flat = X;
+      for (int64_t i = 0; i < r; ++i)
+        for (int64_t j = 0; j < c; ++j) {
+          if (i > 0) along_rows[i * c + j] = round_to(sum_dtype, along_rows[(i - 1) * c + j] + X[i * c + j]);
+          if (j > 0) along_cols[i * c + j] = round_to(sum_dtype, along_cols[i * c + j - 1] + X[i * c + j]);
+          if (i * c + j > 0) flat[i * c + j] = round_to(sum_dtype, flat[i * c + j - 1] + X[i * c + j]);
+        }
+      cases.push_back({cumsum(x, 0), along_rows});
+      cases.push_back({cumsum(x, -1), along_cols});
+      cases.push_back({cumsum(x), flat});
+    }
+    {  // tile, repeat, pad
+      std::vector<double> tiled, repeated, padded;
+      for (int rep = 0; rep < 2; ++rep)
+        for (int64_t i = 0; i < r; ++i)
+          for (int rep2 = 0; rep2 < 2; ++rep2)
+            for (int64_t j = 0; j < c; ++j) tiled.push_back(at(X, i, j));
+      for (int64_t i = 0; i < r; ++i)
+        for (int64_t j = 0; j < c; ++j)
+          for (int k = 0; k < 3; ++k) repeated.push_back(at(X, i, j));
+      const double value = round_to(dtype, 1.0);
+      for (int64_t i = -1; i < r + 1; ++i)
+        for (int64_t j = -2; j < c; ++j) padded.push_back(i < 0 || i >= r || j < 0 ? value : at(X, i, j));
+      cases.push_back({tile(x, {2, 2}), tiled});
+      cases.push_back({repeat(x, 3, -1), repeated});
+      cases.push_back({pad(x, {{1, 1}, {2, 0}}, 1.0), padded});
+    }
+    {  // sort and argsort along each axis (stable: ties keep their order)
+      std::vector<double> sorted_rows(static_cast<size_t>(r * c)), order_rows(static_cast<size_t>(r * c));
+      std::vector<double> sorted_cols(static_cast<size_t>(r * c));
+      for (int64_t i = 0; i < r; ++i) {
+        std::vector<int64_t> order(static_cast<size_t>(c));
+        std::iota(order.begin(), order.end(), int64_t{0});
+        std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return at(X, i, a) < at(X, i, b); });
+        for (int64_t j = 0; j < c; ++j) {
+          sorted_rows[i * c + j] = at(X, i, order[j]);
+          order_rows[i * c + j] = static_cast<double>(order[j]);
+        }
+      }
+      for (int64_t j = 0; j < c; ++j) {
+        std::vector<double> column;
+        for (int64_t i = 0; i < r; ++i) column.push_back(at(X, i, j));
+        std::stable_sort(column.begin(), column.end());
+        for (int64_t i = 0; i < r; ++i) sorted_cols[i * c + j] = column[i];
+      }
+      cases.push_back({sort(x), sorted_rows});
+      cases.push_back({argsort(x, 1), order_rows});
+      cases.push_back({sort(x, 0), sorted_cols});
+    }
+    if (is_integer(dtype)) {  // one_hot of the values shifted into [0, 11), negative ones counting from the end
+      std::vector<double> hot;
+      for (double v : X)
+        for (int64_t k = 0; k < 11; ++k) hot.push_back(k == (static_cast<int64_t>(v) + 11) % 11 ? 1.0 : 0.0);
+      cases.push_back({one_hot(x, 11, f64), hot});
+    }
     cases.push_back({zeros_like(x), std::vector<double>(static_cast<size_t>(r * c), 0.0)});
     cases.push_back({ones_like(x), std::vector<double>(static_cast<size_t>(r * c), 1.0)});
     cases.push_back({shape_of(x), {4, 6}});
@@ -633,6 +713,14 @@ TEST(OracleSweep, EveryDifferentiableOpPassesVerifyGradAndVerifyRopInF64) {
       {"maximum", [](V v) { return maximum(v[0], v[1]); }, {m, m2}},
       {"minimum", [](V v) { return minimum(v[0], v[1]); }, {m, m2}},
       {"where", [](V v) { return where(v[0] > v[1], v[0], v[1] * 2.0); }, {m, m2}},
+      {"square", [](V v) { return square(v[0]); }, {m}},
+      {"floor", [](V v) { return floor(v[0]) * v[0]; }, {m}},
+      {"ceil", [](V v) { return ceil(v[0]) * v[0]; }, {m}},
+      {"round", [](V v) { return round(v[0]) * v[0]; }, {m}},
+      {"erf", [](V v) { return erf(v[0]); }, {m}},
+      {"mod", [](V v) { return v[0] % v[1]; }, {m, nz}},
+      {"clip numbers", [](V v) { return clip(v[0], -1.0, 1.0); }, {m}},
+      {"clip values", [](V v) { return clip(v[0], v[1], v[1] + 1.0); }, {m, m2}},
       {"cast through f32", [](V v) { return cast(cast(v[0], f32) * 2.0f, f64); }, {m}, {.eps = 1e-3, .abs_tol = 1e-3, .rel_tol = 1e-3}},
       {"sum", [](V v) { return sum(v[0], {1}); }, {m}},
       {"mean", [](V v) { return mean(v[0], {0}, true); }, {m}},
@@ -641,6 +729,18 @@ TEST(OracleSweep, EveryDifferentiableOpPassesVerifyGradAndVerifyRopInF64) {
       {"prod", [](V v) { return prod(v[0], {1}); }, {nz}},
       {"prod with zeros", [](V v) { return prod(v[0], {1}); }, {Tensor::from({0.0, 1.5, -2.0, 0.5, 0.0, 0.0, 3.0, 1.0, 2.0, -1.0, 0.5, 0.75}, {3, 4})}},
       {"logsumexp", [](V v) { return logsumexp(v[0], {1}); }, {m}},
+      {"var", [](V v) { return var(v[0], {1}); }, {m}},
+      {"var ddof 1 all", [](V v) { return var(v[0], {}, false, 1); }, {m}},
+      {"std", [](V v) { return kiln::std(v[0], {0}, true); }, {m}},
+      {"cumsum", [](V v) { return cumsum(v[0], 1); }, {m}},
+      {"cumsum axis 0", [](V v) { return cumsum(v[0], 0); }, {m}},
+      {"cumsum flattened", [](V v) { return cumsum(v[0]); }, {m}},
+      {"tile", [](V v) { return tile(v[0], {2, 1, 3}); }, {m}},
+      {"repeat", [](V v) { return repeat(v[0], 3, 1); }, {m}},
+      {"repeat flattened", [](V v) { return repeat(v[0], 2); }, {m}},
+      {"pad", [](V v) { return pad(v[0], {{1, 2}, {0, 3}}, 0.5); }, {m}},
+      {"sort", [](V v) { return sort(v[0]); }, {m}},
+      {"sort axis 0", [](V v) { return sort(v[0], 0); }, {m}},
       {"dot matrix", [](V v) { return dot(v[0], transpose(v[1])); }, {m, m2}},
       {"dot matrix vector", [](V v) { return dot(v[0], v[1]); }, {m, vec}},
       {"dot vector vector", [](V v) { return dot(v[0], v[0] * 0.5); }, {vec}},

@@ -1,3 +1,5 @@
+#include <limits>
+
 #include "test_util.hpp"
 
 using namespace kiln;
@@ -147,4 +149,89 @@ TEST(Reduce, MaxAndMinOfBooleansAreBooleansAndAxisErrorsNameTheLine) {
   const int line = __LINE__ + 1;
   expect_error<TypeError>([&] { sum(p, {5}); }, {"axis 5", "2 dimensions", "reduce_test.cpp:" + std::to_string(line)});
   expect_error<TypeError>([&] { sum(p, {0, -2}); }, {"repeated"});
+}
+
+// argmin, var, std (issue 15).
+
+TEST(Reduce, ArgminValuesTiesNaNAxesAndKeepdims) {
+  Var x = matrix("x", f64);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const Tensor v = Tensor::from({3.0, 1.0, 1.0, -2.0, 5.0, -2.0, 0.0, nan, -9.0}, {3, 3});
+  auto o = eval({x}, {argmin(x, {1}), argmin(x, {0}), argmin(x), argmin(x, {-1}, true)}, {v});
+  EXPECT_EQ(o[0].dtype(), i64);
+  expect_values(o[0], {1, 0, 1}, 0);  // the first minimum; a NaN wins (NumPy)
+  expect_values(o[1], {1, 2, 2}, 0);
+  expect_values(o[2], {7}, 0);  // over everything, flattened: the first NaN
+  EXPECT_EQ(o[3].shape(), (Shape{3, 1}));
+  Var n = vector("n", i32);
+  expect_values(eval1({n}, argmin(n), {Tensor::from(std::vector<int32_t>{4, -7, 2, -7})}), {1}, 0);
+  Var b = vector("b", b8);
+  expect_values(eval1({b}, argmin(b), {Tensor::from(std::vector<bool>{true, false, false})}), {1}, 0);
+  // Strided: a transposed view.
+  Var t = matrix("t", f64);
+  expect_values(eval1({t}, argmin(transpose(t), {1}), {v}), {1, 2, 2}, 0);
+}
+
+TEST(Reduce, ArgminErrorsAndNoGradient) {
+  Var x = matrix("x", f64);
+  expect_error<TypeError>([&] { argmin(tensor3("t"), {0, 1}); }, {"argmin", "one axis or all"});
+  expect_error<TypeError>([&] { argmin(x, {2}); }, {"argmin", "axis 2", "out of range"});
+  expect_error<ShapeError>([&] { function({x}, {argmin(x, {1})})(Tensor::zeros({2, 0}, f64)); },
+                           {"argmin", "empty axis 1", "(2,0)"});
+  expect_error<GradError>([&] { grad(sum(cast(argmin(x), f64)), x); }, {"disconnected"});
+}
+
+TEST(Reduce, VarAndStdAsNumPy) {
+  Var x = matrix("x", f64);
+  // m23 = [[1, 5, 3], [4, 2, 6]]: mean 3.5, squares 2.5^2 + 1.5^2 + .5^2 + .5^2 + 1.5^2 + 2.5^2 = 17.5.
+  auto o = eval({x}, {var(x), var(x, {1}), var(x, {0}, true), kiln::std(x, {-1}), var(x, {}, false, 1), kiln::std(x, {0}, false, 1)}, {m23()});
+  expect_values(o[0], {17.5 / 6}, 1e-15);
+  EXPECT_EQ(o[0].ndim(), 0);
+  expect_values(o[1], {8.0 / 3, 8.0 / 3}, 1e-15);
+  EXPECT_EQ(o[2].shape(), (Shape{1, 3}));
+  expect_values(o[2], {2.25, 2.25, 2.25}, 1e-15);
+  expect_values(o[3], {std::sqrt(8.0 / 3), std::sqrt(8.0 / 3)}, 1e-15);
+  expect_values(o[4], {17.5 / 5}, 1e-15);
+  expect_values(o[5], {std::sqrt(4.5), std::sqrt(4.5), std::sqrt(4.5)}, 1e-15);
+}
+
+TEST(Reduce, VarOfIntegersIsF64AndFloatsKeepTheirDtype) {
+  Var n = vector("n", i32);
+  EXPECT_EQ(var(n).dtype(), f64);
+  EXPECT_EQ(kiln::std(vector("b", b8)).dtype(), f64);
+  EXPECT_EQ(var(vector("h", f32)).dtype(), f32);
+  expect_values(eval1({n}, var(n), {Tensor::from(std::vector<int32_t>{1, 2, 3, 4})}), {1.25}, 1e-15);
+  Var h = vector("h", f32);
+  expect_values(eval1({h}, kiln::std(h), {Tensor::from(std::vector<float>{1.0f, 2.0f, 3.0f, 4.0f})}), {std::sqrt(1.25)}, 1e-6);
+}
+
+TEST(Reduce, VarWithNoElementsOrTooFewIsNaNOrInf) {
+  Var x = matrix("x", f64);
+  auto o = eval({x}, {var(x, {1}), var(x, {0}, false, 1)}, {Tensor::zeros({2, 0}, f64)});
+  EXPECT_EQ(o[0].shape(), Shape{2});
+  expect_values(o[0], {std::nan(""), std::nan("")});
+  EXPECT_EQ(o[1].shape(), Shape{0});
+  // One element with ddof 1: 0 / 0; ddof beyond N divides by 0 (NumPy: max(N - ddof, 0)).
+  Var v = vector("v", f64);
+  expect_values(eval1({v}, var(v, {}, false, 1), {Tensor::from(std::vector<double>{2.0})}), {std::nan("")});
+  EXPECT_TRUE(std::isinf(eval1({v}, var(v, {}, false, 3), {Tensor::from(std::vector<double>{1.0, 2.0})}).item<double>()));
+  expect_error<TypeError>([&] { var(v, {}, false, -1); }, {"var", "ddof", "-1"});
+  expect_error<TypeError>([&] { kiln::std(v, {1}); }, {"var", "axis 1", "out of range"});
+}
+
+TEST(Reduce, VarAndStdGradientsAndRop) {
+  const Tensor x = random_tensor({3, 4}, f64, -2, 2, 9);
+  verify_grad([](std::vector<Var> v) { return var(v[0]); }, {x});
+  verify_grad([](std::vector<Var> v) { return var(v[0], {1}, true, 1); }, {x});
+  verify_grad([](std::vector<Var> v) { return kiln::std(v[0], {0}); }, {x});
+  verify_rop([](std::vector<Var> v) { return var(v[0], {-1}); }, {x});
+  verify_rop([](std::vector<Var> v) { return kiln::std(v[0]); }, {x});
+  verify_grad([](std::vector<Var> v) { return var(v[0], {1}); }, {random_tensor({3, 4}, f32, -2, 2, 9)});
+}
+
+TEST(Reduce, EagerArgminVarStd) {
+  const Tensor v = m23();
+  expect_values(argmin(v, 1), {0, 1}, 0);
+  expect_values(var(v, {1}), {8.0 / 3, 8.0 / 3}, 1e-15);
+  expect_values(kiln::std(v, {}, false, 1), {std::sqrt(3.5)}, 1e-15);
 }

@@ -1,3 +1,5 @@
+#include <limits>
+
 #include "test_util.hpp"
 
 using namespace kiln;
@@ -62,4 +64,40 @@ TEST(Shape, Gradients) {
     verify_grad([](std::vector<Var> v) { return reshape(v[0], {4, 6}); }, {x});
     verify_grad([](std::vector<Var> v) { return flatten(transpose(v[0]), 2); }, {x});
   }
+}
+
+// arange (issue 15): NumPy's values and dtypes.
+
+TEST(Shape, ArangeAsNumPy) {
+  auto values = [](const Var& v) { return eval1({}, v, {}); };
+  Tensor a = values(arange(5));
+  EXPECT_EQ(a.dtype(), i64);
+  expect_values(a, {0, 1, 2, 3, 4}, 0);
+  expect_values(values(arange(2, 11, 3)), {2, 5, 8}, 0);
+  expect_values(values(arange(5, -4, -3)), {5, 2, -1}, 0);
+  EXPECT_EQ(values(arange(3, 3)).shape(), Shape{0});
+  EXPECT_EQ(values(arange(5, 1)).shape(), Shape{0});  // empty, as NumPy, not an error
+  Tensor f = values(arange(0.0, 1.0, 0.25));
+  EXPECT_EQ(f.dtype(), f64);
+  expect_values(f, {0, 0.25, 0.5, 0.75}, 0);
+  EXPECT_EQ(values(arange(1, 2.5)).dtype(), f64);  // one float argument makes it f64
+  expect_values(values(arange(1, 2.5)), {1, 2}, 0);
+  expect_values(values(arange(0, 1, 0.1)), {0, 0.1, 0.2, 0.30000000000000004, 0.4, 0.5, 0.6000000000000001, 0.7000000000000001, 0.8, 0.9}, 0);
+  EXPECT_EQ(values(arange(int64_t{3})).dtype(), i64);
+  EXPECT_EQ(values(arange(3u)).dtype(), i64);
+  expect_values(values(arange(-3.0)), {}, 0);
+}
+
+TEST(Shape, ArangeCombinesWithTensors) {
+  Var x = vector("x", f32);
+  Var y = x * arange(3);  // f32 with i64: f64, as NumPy
+  EXPECT_EQ(y.dtype(), f64);
+  expect_values(eval1({x}, y, {Tensor::from(std::vector<float>{2.0f, 2.0f, 2.0f})}), {0, 2, 4}, 0);
+}
+
+TEST(Shape, ArangeRefusesZeroStepsAndInfinities) {
+  expect_error<TypeError>([] { arange(0, 5, 0); }, {"arange", "step cannot be zero"});
+  expect_error<TypeError>([] { arange(0.0, 1.0, 0.0); }, {"arange", "step cannot be zero"});
+  expect_error<TypeError>([] { arange(0.0, std::numeric_limits<double>::infinity()); }, {"arange", "finite"});
+  expect_error<TypeError>([] { arange(int64_t{0}, INT64_MAX); }, {"arange", "too many"});
 }

@@ -73,3 +73,42 @@ TEST(Subtensor, Gradients) {
     verify_grad([&](std::vector<Var> v) { return set_subtensor(take(v[0], constant(idx)), v[1]); }, {x, y});
   }
 }
+
+// one_hot (issue 15): NumPy's eye(n, dtype)[indices].
+
+TEST(Subtensor, OneHotOfVectorsAndMatricesOfIndices) {
+  Var i = vector("i", i64);
+  Tensor h = eval1({i}, one_hot(i, 4), {Tensor::from(std::vector<int64_t>{2, 0, -1, 3})});
+  EXPECT_EQ(h.dtype(), f32);
+  EXPECT_EQ(h.shape(), (Shape{4, 4}));
+  expect_values(h, {0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1}, 0);  // -1 counts from the end
+  Var m = matrix("m", i32);
+  Tensor hm = eval1({m}, one_hot(m, 3, i64), {Tensor::from(std::vector<int32_t>{1, 2, 0, 1}, {2, 2})});
+  EXPECT_EQ(hm.dtype(), i64);
+  EXPECT_EQ(hm.shape(), (Shape{2, 2, 3}));
+  expect_values(hm, {0, 1, 0, 0, 0, 1, 1, 0, 0, 0, 1, 0}, 0);
+  // Strided indices, b8 and f64 results, no indices at all.
+  Var t = matrix("t", i64);
+  expect_values(eval1({t}, one_hot(transpose(t), 2, b8), {Tensor::from(std::vector<int64_t>{0, 1, 1, 0}, {2, 2})}),
+                {1, 0, 0, 1, 0, 1, 1, 0}, 0);
+  EXPECT_EQ(eval1({i}, one_hot(i, 5, f64), {Tensor::zeros({0}, i64)}).shape(), (Shape{0, 5}));
+  EXPECT_EQ(eval1({i}, one_hot(i, 0), {Tensor::zeros({0}, i64)}).shape(), (Shape{0, 0}));
+}
+
+TEST(Subtensor, OneHotRefusesBadIndicesClearly) {
+  Var i = vector("i", i64);
+  Function f = function({i}, {one_hot(i, 3)});
+  expect_error<ShapeError>([&] { f(Tensor::from(std::vector<int64_t>{0, 3})); }, {"one_hot", "index 3", "out of bounds", "3 classes"});
+  expect_error<ShapeError>([&] { f(Tensor::from(std::vector<int64_t>{-4})); }, {"one_hot", "index -4"});
+  expect_error<TypeError>([&] { one_hot(vector("x", f32), 3); }, {"one_hot", "integers", "f32"});
+  expect_error<TypeError>([&] { one_hot(i, -1); }, {"one_hot", "-1"});
+  // No gradient reaches the indices, and a one-hot target differentiates with the rest.
+  Var z = matrix("z", f64);
+  Var cost = sum(one_hot(i, 3, f64) * log_softmax(z));
+  Function g = function({z, i}, {grad(cost, z)});
+  EXPECT_EQ(g(Tensor::zeros({2, 3}, f64), Tensor::from(std::vector<int64_t>{0, 2}))[0].shape(), (Shape{2, 3}));
+}
+
+TEST(Subtensor, EagerOneHot) {
+  expect_values(one_hot(Tensor::from(std::vector<int64_t>{1, 0}), 2), {0, 1, 1, 0}, 0);
+}

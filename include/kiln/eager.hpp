@@ -51,6 +51,8 @@ Tensor operator>(const TensorOperand& a, const TensorOperand& b);
 Tensor operator>=(const TensorOperand& a, const TensorOperand& b);
 Tensor operator==(const TensorOperand& a, const TensorOperand& b);
 Tensor operator!=(const TensorOperand& a, const TensorOperand& b);
+Tensor operator%(const TensorOperand& a, const TensorOperand& b);
+Tensor mod(const TensorOperand& a, const TensorOperand& b);
 
 // In place: a's storage is overwritten with the result (which must keep a's shape and dtype);
 // the return value is a fresh handle on it.
@@ -79,6 +81,12 @@ Tensor abs(const Tensor& x, Loc loc = Loc::current());
 Tensor sign(const Tensor& x, Loc loc = Loc::current());
 Tensor sin(const Tensor& x, Loc loc = Loc::current());
 Tensor cos(const Tensor& x, Loc loc = Loc::current());
+Tensor square(const Tensor& x, Loc loc = Loc::current());
+Tensor floor(const Tensor& x, Loc loc = Loc::current());
+Tensor ceil(const Tensor& x, Loc loc = Loc::current());
+Tensor round(const Tensor& x, Loc loc = Loc::current());
+Tensor erf(const Tensor& x, Loc loc = Loc::current());
+Tensor clip(const Tensor& x, const TensorOperand& lo, const TensorOperand& hi, Loc loc = Loc::current());
 Tensor pow(const Tensor& x, const Tensor& y, Loc loc = Loc::current());
 Tensor maximum(const Tensor& x, const Tensor& y, Loc loc = Loc::current());
 Tensor minimum(const Tensor& x, const Tensor& y, Loc loc = Loc::current());
@@ -91,10 +99,13 @@ Tensor max(const Tensor& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc
 Tensor min(const Tensor& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
 Tensor prod(const Tensor& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
 Tensor argmax(const Tensor& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
+Tensor argmin(const Tensor& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
+Tensor var(const Tensor& x, Axes axes = {}, bool keepdims = false, int64_t ddof = 0, Loc loc = Loc::current());
+Tensor std(const Tensor& x, Axes axes = {}, bool keepdims = false, int64_t ddof = 0, Loc loc = Loc::current());
 Tensor logsumexp(const Tensor& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
 
 namespace detail {
-enum class Reduction { sum, mean, max, min, prod, argmax, logsumexp };
+enum class Reduction { sum, mean, max, min, prod, argmax, logsumexp, argmin };
 Tensor reduce_along(Reduction reduction, const Tensor& x, int64_t axis, bool keepdims, Loc loc);
 }  // namespace detail
 // One axis given as a number, as in argmax(p, 1): the same as {1}, with no Axes to build (a
@@ -111,6 +122,7 @@ KILN_EAGER_ONE_AXIS(max)
 KILN_EAGER_ONE_AXIS(min)
 KILN_EAGER_ONE_AXIS(prod)
 KILN_EAGER_ONE_AXIS(argmax)
+KILN_EAGER_ONE_AXIS(argmin)
 KILN_EAGER_ONE_AXIS(logsumexp)
 #undef KILN_EAGER_ONE_AXIS
 
@@ -127,11 +139,17 @@ Tensor stack(const std::vector<Tensor>& xs, int64_t axis = 0, Loc loc = Loc::cur
 // Braced lists of tensors (an empty list picks these too, and is refused as the symbolic one is).
 Tensor concatenate(std::initializer_list<Tensor> xs, int64_t axis = 0, Loc loc = Loc::current());
 Tensor stack(std::initializer_list<Tensor> xs, int64_t axis = 0, Loc loc = Loc::current());
+Tensor tile(const Tensor& x, std::vector<int64_t> reps, Loc loc = Loc::current());
+Tensor repeat(const Tensor& x, int64_t repeats, std::optional<int64_t> axis = std::nullopt, Loc loc = Loc::current());
+Tensor sort(const Tensor& x, int64_t axis = -1, Loc loc = Loc::current());
+Tensor argsort(const Tensor& x, int64_t axis = -1, Loc loc = Loc::current());
 Tensor zeros_like(const Tensor& x, Loc loc = Loc::current());
 Tensor ones_like(const Tensor& x, Loc loc = Loc::current());
 Tensor slice(const Tensor& x, int64_t axis, std::optional<int64_t> start = std::nullopt,
              std::optional<int64_t> stop = std::nullopt, int64_t step = 1, Loc loc = Loc::current());
 Tensor take(const Tensor& x, const Tensor& indices, int64_t axis = 0, Loc loc = Loc::current());
+Tensor cumsum(const Tensor& x, std::optional<int64_t> axis = std::nullopt, Loc loc = Loc::current());
+Tensor one_hot(const Tensor& indices, int64_t n, DType dtype = DType::f32, Loc loc = Loc::current());
 
 Tensor softmax(const Tensor& x, int64_t axis = -1, Loc loc = Loc::current());
 Tensor log_softmax(const Tensor& x, int64_t axis = -1, Loc loc = Loc::current());

@@ -1,6 +1,8 @@
 #pragma once
 #include <initializer_list>
 #include <optional>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kiln/graph.hpp"
@@ -29,6 +31,9 @@ Var operator>(const Operand& a, const Operand& b);
 Var operator>=(const Operand& a, const Operand& b);
 Var operator==(const Operand& a, const Operand& b);
 Var operator!=(const Operand& a, const Operand& b);
+// NumPy's remainder (Python's %): the result has the sign of b; an integer % 0 is 0, a float % 0 NaN.
+Var operator%(const Operand& a, const Operand& b);
+Var mod(const Operand& a, const Operand& b);
 
 // Elementwise (NumPy broadcasting and dtype promotion: docs/ops.md).
 Var exp(const Var& x, Loc loc = Loc::current());
@@ -45,7 +50,16 @@ Var abs(const Var& x, Loc loc = Loc::current());
 Var sign(const Var& x, Loc loc = Loc::current());
 Var sin(const Var& x, Loc loc = Loc::current());
 Var cos(const Var& x, Loc loc = Loc::current());
+Var square(const Var& x, Loc loc = Loc::current());  // x * x, the same op as sqr
+// Rounding: integers and bools are kept as they are (and keep their dtype); round sends half-way
+// cases to the even neighbour, as NumPy's round. Their gradient is zero.
+Var floor(const Var& x, Loc loc = Loc::current());
+Var ceil(const Var& x, Loc loc = Loc::current());
+Var round(const Var& x, Loc loc = Loc::current());
+Var erf(const Var& x, Loc loc = Loc::current());
 Var pow(const Var& x, const Var& y, Loc loc = Loc::current());
+// minimum(maximum(x, lo), hi), as NumPy's clip; the gradient passes to x where lo <= x <= hi.
+Var clip(const Var& x, const Operand& lo, const Operand& hi, Loc loc = Loc::current());
 Var maximum(const Var& x, const Var& y, Loc loc = Loc::current());
 Var minimum(const Var& x, const Var& y, Loc loc = Loc::current());
 Var where(const Var& cond, const Var& a, const Var& b, Loc loc = Loc::current());
@@ -59,8 +73,19 @@ Var max(const Var& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::curr
 Var min(const Var& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
 Var prod(const Var& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
 Var argmax(const Var& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
+// The index (i64) of the first minimum (or first NaN) along one axis, or over all of them flattened.
+Var argmin(const Var& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
+// Variance and standard deviation as NumPy's: the squared deviations from the mean summed and
+// divided by max(N - ddof, 0), N the number of elements reduced (NaN for no elements); integer
+// and bool inputs give f64.
+Var var(const Var& x, Axes axes = {}, bool keepdims = false, int64_t ddof = 0, Loc loc = Loc::current());
+Var std(const Var& x, Axes axes = {}, bool keepdims = false, int64_t ddof = 0, Loc loc = Loc::current());
 // log(sum(exp(x), axes)) without overflow: the maximum over the axes is taken out first.
 Var logsumexp(const Var& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
+
+// Running sum along an axis (negative counts from the end; none: over the flattened values), as
+// NumPy's cumsum: integers and bools sum as i64. Its gradient is the reverse running sum.
+Var cumsum(const Var& x, std::optional<int64_t> axis = std::nullopt, Loc loc = Loc::current());
 
 // Matrix products: dot has NumPy dot semantics up to 2-D; matmul NumPy matmul semantics.
 Var dot(const Var& a, const Var& b, Loc loc = Loc::current());
@@ -76,6 +101,41 @@ Var flatten(const Var& x, int64_t outdim = 1, Loc loc = Loc::current());
 Var shape_of(const Var& x, Loc loc = Loc::current());  // 1-D i64 vector of x's shape
 Var concatenate(const std::vector<Var>& xs, int64_t axis = 0, Loc loc = Loc::current());
 Var stack(const std::vector<Var>& xs, int64_t axis = 0, Loc loc = Loc::current());
+// A number given to arange: integers (int, long, ...) and floats are told apart, as NumPy does.
+struct RangeValue {
+  template <class N>
+    requires(std::is_arithmetic_v<N> && !std::is_same_v<N, bool>)
+  RangeValue(N v) : value(static_cast<double>(v)), integer(integer_of(v)), is_integer(std::is_integral_v<N>) {}  // NOLINT
+  double value;
+  int64_t integer;  // 0 for a float (which need not fit)
+  bool is_integer;
+
+ private:
+  template <class N> static int64_t integer_of(N v) {
+    if constexpr (std::is_integral_v<N>) return static_cast<int64_t>(v);
+    else return 0;
+  }
+};
+// NumPy's arange: the constant vector start, start + step, ... up to stop (excluded); i64 when
+// every argument is an integer, f64 otherwise. step may be negative, never zero.
+Var arange(RangeValue stop, Loc loc = Loc::current());
+Var arange(RangeValue start, RangeValue stop, RangeValue step = 1, Loc loc = Loc::current());
+// A new last axis of n classes: 1 at each index, 0 elsewhere, as NumPy's eye(n, dtype)[indices]
+// (negative indices count from the end; indices out of range raise ShapeError when it runs).
+Var one_hot(const Var& indices, int64_t n, DType dtype = DType::f32, Loc loc = Loc::current());
+// NumPy's tile: x repeated reps[d] times along each axis (reps shorter than x's ndim is padded
+// with 1 on the left; longer, x gains axes of 1 on the left).
+Var tile(const Var& x, std::vector<int64_t> reps, Loc loc = Loc::current());
+// NumPy's repeat with one count: each element `repeats` times in a row along axis (none: over the
+// flattened values).
+Var repeat(const Var& x, int64_t repeats, std::optional<int64_t> axis = std::nullopt, Loc loc = Loc::current());
+// NumPy's pad in constant mode: widths[d] = {before, after} values of `value` added on axis d
+// (one pair for every axis, or a single pair used for all).
+Var pad(const Var& x, std::vector<std::pair<int64_t, int64_t>> widths, double value = 0, Loc loc = Loc::current());
+// Sorted along axis, ascending, NaN last (NumPy's sort with kind="stable"); argsort gives the i64
+// indices that sort. The gradient of sort sends each value's gradient back through the permutation.
+Var sort(const Var& x, int64_t axis = -1, Loc loc = Loc::current());
+Var argsort(const Var& x, int64_t axis = -1, Loc loc = Loc::current());
 Var zeros_like(const Var& x, Loc loc = Loc::current());
 Var ones_like(const Var& x, Loc loc = Loc::current());
 

@@ -56,6 +56,7 @@ KILN_EAGER_OPERATOR(+)
 KILN_EAGER_OPERATOR(-)
 KILN_EAGER_OPERATOR(*)
 KILN_EAGER_OPERATOR(/)
+KILN_EAGER_OPERATOR(%)
 KILN_EAGER_OPERATOR(<)
 KILN_EAGER_OPERATOR(<=)
 KILN_EAGER_OPERATOR(>)
@@ -108,6 +109,11 @@ KILN_EAGER_UNARY(abs)
 KILN_EAGER_UNARY(sign)
 KILN_EAGER_UNARY(sin)
 KILN_EAGER_UNARY(cos)
+KILN_EAGER_UNARY(square)
+KILN_EAGER_UNARY(floor)
+KILN_EAGER_UNARY(ceil)
+KILN_EAGER_UNARY(round)
+KILN_EAGER_UNARY(erf)
 KILN_EAGER_UNARY(transpose)
 KILN_EAGER_UNARY(zeros_like)
 KILN_EAGER_UNARY(ones_like)
@@ -139,8 +145,25 @@ KILN_EAGER_REDUCTION(max)
 KILN_EAGER_REDUCTION(min)
 KILN_EAGER_REDUCTION(prod)
 KILN_EAGER_REDUCTION(argmax)
+KILN_EAGER_REDUCTION(argmin)
 KILN_EAGER_REDUCTION(logsumexp)
 #undef KILN_EAGER_REDUCTION
+
+namespace {
+Tensor deviation(bool standard, const Tensor& x, const Axes& axes, bool keepdims, int64_t ddof, const Loc& loc) {
+  SmallVector<int64_t, 8> params{standard, keepdims, ddof};
+  for (int64_t axis : axes) params.push_back(axis);
+  const EagerArg args[] = {x};
+  return run_eager(+[](Vars v, Params p, const Loc& l) {
+                     const Axes a(p.begin() + 3, p.end());
+                     return p[0] ? kiln::std(v[0], a, p[1] != 0, p[2], l) : var(v[0], a, p[1] != 0, p[2], l);
+                   },
+                   args, params, loc);
+}
+}  // namespace
+
+Tensor var(const Tensor& x, Axes axes, bool keepdims, int64_t ddof, Loc loc) { return deviation(false, x, axes, keepdims, ddof, loc); }
+Tensor std(const Tensor& x, Axes axes, bool keepdims, int64_t ddof, Loc loc) { return deviation(true, x, axes, keepdims, ddof, loc); }
 
 Tensor Tensor::sum(Loc loc) const { return kiln::sum(*this, Axes{}, false, loc); }
 Tensor Tensor::mean(Loc loc) const { return kiln::mean(*this, Axes{}, false, loc); }
@@ -149,9 +172,16 @@ Tensor Tensor::mean(int64_t axis, bool keepdims, Loc loc) const { return kiln::m
 
 Tensor detail::reduce_along(Reduction reduction, const Tensor& x, int64_t axis, bool keepdims, Loc loc) {
   static constexpr EagerBuild (*builds[])() = {build_sum, build_mean, build_max,      build_min,
-                                               build_prod, build_argmax, build_logsumexp};
+                                               build_prod, build_argmax, build_logsumexp, build_argmin};
   const int64_t axes[] = {axis};
   return kiln::reduction(builds[static_cast<size_t>(reduction)](), x, axes, keepdims, loc);
+}
+
+Tensor mod(const TensorOperand& a, const TensorOperand& b) { return a % b; }
+
+Tensor clip(const Tensor& x, const TensorOperand& lo, const TensorOperand& hi, Loc loc) {
+  return eager(+[](Vars v, Params, const Loc& l) { return clip(v[0], Operand(v[1], l), Operand(v[2], l), l); },
+               {x, arg(lo), arg(hi)}, {}, loc);
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, Loc loc) {
@@ -185,6 +215,35 @@ Tensor reshape(const Tensor& x, std::initializer_list<int64_t> shape, Loc loc) {
 
 Tensor flatten(const Tensor& x, int64_t outdim, Loc loc) {
   return eager(+[](Vars v, Params p, const Loc& l) { return flatten(v[0], p[0], l); }, {x}, {outdim}, loc);
+}
+
+Tensor tile(const Tensor& x, std::vector<int64_t> reps, Loc loc) {
+  const EagerArg args[] = {x};
+  return run_eager(+[](Vars v, Params p, const Loc& l) { return tile(v[0], std::vector<int64_t>(p.begin(), p.end()), l); },
+                   args, reps, loc);
+}
+
+Tensor repeat(const Tensor& x, int64_t repeats, std::optional<int64_t> axis, Loc loc) {
+  return eager(+[](Vars v, Params p, const Loc& l) { return repeat(v[0], p[0], optional_at(p, 1), l); }, {x},
+               {repeats, axis.has_value(), axis.value_or(0)}, loc);
+}
+
+Tensor sort(const Tensor& x, int64_t axis, Loc loc) {
+  return eager(+[](Vars v, Params p, const Loc& l) { return sort(v[0], p[0], l); }, {x}, {axis}, loc);
+}
+
+Tensor argsort(const Tensor& x, int64_t axis, Loc loc) {
+  return eager(+[](Vars v, Params p, const Loc& l) { return argsort(v[0], p[0], l); }, {x}, {axis}, loc);
+}
+
+Tensor cumsum(const Tensor& x, std::optional<int64_t> axis, Loc loc) {
+  return eager(+[](Vars v, Params p, const Loc& l) { return cumsum(v[0], optional_at(p, 0), l); }, {x},
+               {axis.has_value(), axis.value_or(0)}, loc);
+}
+
+Tensor one_hot(const Tensor& indices, int64_t n, DType dtype, Loc loc) {
+  return eager(+[](Vars v, Params p, const Loc& l) { return one_hot(v[0], p[0], static_cast<DType>(p[1]), l); }, {indices},
+               {n, static_cast<int64_t>(dtype)}, loc);
 }
 
 Tensor softmax(const Tensor& x, int64_t axis, Loc loc) {

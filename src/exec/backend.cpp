@@ -2,6 +2,7 @@
 
 #include "ops/blas.hpp"
 #include "ops/composite.hpp"
+#include "ops/cumulative.hpp"
 #include "ops/elemwise.hpp"
 #include "ops/ifelse.hpp"
 #include "ops/join.hpp"
@@ -10,6 +11,7 @@
 #include "ops/scan.hpp"
 #include "ops/shape.hpp"
 #include "ops/sparse.hpp"
+#include "ops/sort.hpp"
 #include "ops/subtensor.hpp"
 
 namespace kiln {
@@ -28,6 +30,8 @@ CpuBackend::CpuBackend() {
   add_nnet_kernels(kernels_);
   add_ifelse_kernels(kernels_);
   add_scan_kernels(kernels_);
+  add_cumulative_kernels(kernels_);
+  add_sort_kernels(kernels_);
 }
 
 std::shared_ptr<Storage> CpuBackend::allocate(size_t bytes) const { return Storage::allocate(bytes); }

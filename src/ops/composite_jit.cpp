@@ -208,6 +208,12 @@ class ProgramEmitter : public Xbyak::CodeGenerator {
     release(e);
   }
 
+  // vroundps / vrndscaleps with the rounding mode in imm (NaN stays NaN, -0.0 stays -0.0).
+  void round_to_integer(const Xmm& d, const Xmm& x, uint8_t imm) {
+    if (isa_ == Isa::avx512) f64_ ? vrndscalepd(d, x, imm) : vrndscaleps(d, x, imm);
+    else f64_ ? vroundpd(d, x, imm) : vroundps(d, x, imm);
+  }
+
   // One instruction: d is a fresh register, distinct from every operand.
   void emit_instruction(const ScalarInstruction& ins, const Xmm& d, const std::vector<Xmm>& a) {
     auto float_only = [&] {
@@ -250,6 +256,10 @@ class ProgramEmitter : public Xbyak::CodeGenerator {
         return;
       }
       case ScalarOp::sqrt: return f64_ ? vsqrtpd(d, a[0]) : vsqrtps(d, a[0]);
+      // std::floor, std::ceil and std::nearbyint (to the even neighbour), exceptions suppressed (bit 3).
+      case ScalarOp::floor: return round_to_integer(d, a[0], 0x09);
+      case ScalarOp::ceil: return round_to_integer(d, a[0], 0x0A);
+      case ScalarOp::round: return round_to_integer(d, a[0], 0x08);
       case ScalarOp::fill: return copy(d, a[1]);
       case ScalarOp::exp: float_only(); return emit_exp(d, a[0]);
       case ScalarOp::tanh: float_only(); return emit_tanh(d, a[0]);

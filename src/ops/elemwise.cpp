@@ -31,12 +31,17 @@ const char* scalar_op_name(ScalarOp op) {
     case ScalarOp::sign: return "sign";
     case ScalarOp::sin: return "sin";
     case ScalarOp::cos: return "cos";
+    case ScalarOp::floor: return "floor";
+    case ScalarOp::ceil: return "ceil";
+    case ScalarOp::round: return "round";
+    case ScalarOp::erf: return "erf";
     case ScalarOp::cast: return "cast";
     case ScalarOp::add: return "add";
     case ScalarOp::sub: return "sub";
     case ScalarOp::mul: return "mul";
     case ScalarOp::div: return "true_div";
     case ScalarOp::pow: return "pow";
+    case ScalarOp::mod: return "mod";
     case ScalarOp::maximum: return "maximum";
     case ScalarOp::minimum: return "minimum";
     case ScalarOp::lt: return "lt";
@@ -65,7 +70,7 @@ bool needs_float(ScalarOp op) {
   switch (op) {
     case ScalarOp::exp: case ScalarOp::log: case ScalarOp::log1p: case ScalarOp::expm1: case ScalarOp::sqrt:
     case ScalarOp::tanh: case ScalarOp::sigmoid: case ScalarOp::softplus: case ScalarOp::sin: case ScalarOp::cos:
-    case ScalarOp::div: case ScalarOp::pow:
+    case ScalarOp::erf: case ScalarOp::div: case ScalarOp::pow:
       return true;
     default:
       return false;
@@ -74,7 +79,7 @@ bool needs_float(ScalarOp op) {
 // b8 operands of these count as integers (NumPy: True + True == 2; kiln's integer is i64).
 bool is_arithmetic(ScalarOp op) {
   return op == ScalarOp::add || op == ScalarOp::sub || op == ScalarOp::mul || op == ScalarOp::neg ||
-         op == ScalarOp::sqr || op == ScalarOp::sign;
+         op == ScalarOp::sqr || op == ScalarOp::sign || op == ScalarOp::mod;
 }
 
 int category(DType d) { return d == DType::b8 ? 0 : is_integer(d) ? 1 : 2; }
@@ -364,7 +369,8 @@ std::vector<Var> Elemwise::L_op(const Node& node, const std::vector<Var>& gouts)
     case ScalarOp::abs: gin[0] = g * sign(x[0], loc); break;
     case ScalarOp::sin: gin[0] = g * cos(x[0], loc); break;
     case ScalarOp::cos: gin[0] = -(g * sin(x[0], loc)); break;
-    case ScalarOp::sign: gin[0] = zero(0); break;
+    case ScalarOp::sign: case ScalarOp::floor: case ScalarOp::ceil: case ScalarOp::round: gin[0] = zero(0); break;
+    case ScalarOp::erf: gin[0] = g * (1.1283791670955126 * exp(-(x[0] * x[0]), loc)); break;  // 2/sqrt(pi) e^(-x^2)
     case ScalarOp::cast: if (differentiable(0)) gin[0] = cast(g, x[0].dtype(), loc); break;
     case ScalarOp::add:
       for (size_t i = 0; i < x.size(); ++i) gin[i] = g;
@@ -383,6 +389,7 @@ std::vector<Var> Elemwise::L_op(const Node& node, const std::vector<Var>& gouts)
       gin[0] = g * x[1] * pow(x[0], x[1] - 1.0, loc);
       gin[1] = g * log(x[0], loc) * y;
       break;
+    case ScalarOp::mod: gin[0] = g; gin[1] = -(g * floor(x[0] / x[1], loc)); break;  // x - floor(x / y) * y
     case ScalarOp::maximum: gin[0] = where(x[0] >= x[1], g, 0, loc); gin[1] = where(x[0] >= x[1], 0, g, loc); break;
     case ScalarOp::minimum: gin[0] = where(x[0] <= x[1], g, 0, loc); gin[1] = where(x[0] <= x[1], 0, g, loc); break;
     case ScalarOp::lt: case ScalarOp::le: case ScalarOp::gt: case ScalarOp::ge: case ScalarOp::eq: case ScalarOp::ne:
@@ -428,6 +435,19 @@ Var sign(const Var& x, Loc loc) { return elemwise(ScalarOp::sign, {x}, loc); }
 Var sin(const Var& x, Loc loc) { return elemwise(ScalarOp::sin, {x}, loc); }
 Var cos(const Var& x, Loc loc) { return elemwise(ScalarOp::cos, {x}, loc); }
 Var pow(const Var& x, const Var& y, Loc loc) { return elemwise(ScalarOp::pow, {x, y}, loc); }
+Var square(const Var& x, Loc loc) { return elemwise(ScalarOp::sqr, {x}, loc); }
+Var floor(const Var& x, Loc loc) { return elemwise(ScalarOp::floor, {x}, loc); }
+Var ceil(const Var& x, Loc loc) { return elemwise(ScalarOp::ceil, {x}, loc); }
+Var round(const Var& x, Loc loc) { return elemwise(ScalarOp::round, {x}, loc); }
+Var erf(const Var& x, Loc loc) { return elemwise(ScalarOp::erf, {x}, loc); }
+Var mod(const Operand& x, const Operand& y) { return elemwise(ScalarOp::mod, {x.var, y.var}, x.loc); }
+Var operator%(const Operand& x, const Operand& y) { return elemwise(ScalarOp::mod, {x.var, y.var}, x.loc); }
+// max(x, lo) then min(., hi), as NumPy's clip (hi wins where lo > hi; NaN stays NaN): the
+// gradient reaches x where lo <= x <= hi and lo (hi) where x is below (above) it, as PyTensor's.
+Var clip(const Var& x, const Operand& lo, const Operand& hi, Loc loc) {
+  if (!x.defined()) throw TypeError("clip: x is an empty Var (at " + loc_str(loc) + ")");
+  return elemwise(ScalarOp::minimum, {elemwise(ScalarOp::maximum, {x, lo.var}, loc), hi.var}, loc);
+}
 Var maximum(const Var& x, const Var& y, Loc loc) { return elemwise(ScalarOp::maximum, {x, y}, loc); }
 Var minimum(const Var& x, const Var& y, Loc loc) { return elemwise(ScalarOp::minimum, {x, y}, loc); }
 Var where(const Var& c, const Var& a, const Var& b, Loc loc) { return elemwise(ScalarOp::where, {c, a, b}, loc); }

@@ -1,7 +1,12 @@
 #include "ops/join.hpp"
 
+#include <algorithm>
+#include <cmath>
+
 #include "kiln/ops.hpp"
 #include "ops/elemwise.hpp"
+#include "ops/reduce.hpp"
+#include "ops/shape.hpp"
 #include "tensor/copy.hpp"
 
 namespace kiln {
@@ -143,6 +148,108 @@ Var stack(const std::vector<Var>& xs, int64_t axis, Loc loc) {
     expanded.push_back(dimshuffle(x, pattern, loc));
   }
   return concatenate(expanded, a, loc);
+}
+
+// tile, repeat and pad are built from dimshuffle, fill (broadcasting), reshape and concatenate,
+// so they run, fuse and differentiate (both ways) as those do.
+namespace {
+
+// v broadcast over a constant b8 `like` of this shape (the value of like is never read).
+Var broadcast_over(const Var& v, const Shape& like_shape, const Loc& loc) {
+  return fill_like(constant(Tensor::zeros(like_shape, DType::b8)), v, loc);
+}
+
+// shape_of(x) with axis d multiplied by factor[d].
+Var scaled_shape(const Var& x, const std::vector<int64_t>& factor, const Loc& loc) {
+  return shape_of(x, loc) * constant(Tensor::from(factor, {static_cast<int64_t>(factor.size())}));
+}
+
+}  // namespace
+
+Var tile(const Var& x, std::vector<int64_t> reps, Loc loc) {
+  if (!x.defined()) throw TypeError("tile: x is an empty Var (at " + loc_str(loc) + ")");
+  for (int64_t r : reps)
+    if (r < 0)
+      throw TypeError("tile: repetitions must be 0 or more, got " + std::to_string(r) + " for " + x.type().str() + " (at " +
+                      loc_str(loc) + ")");
+  const int64_t nd = std::max<int64_t>(x.ndim(), static_cast<int64_t>(reps.size()));
+  reps.insert(reps.begin(), static_cast<size_t>(nd - static_cast<int64_t>(reps.size())), 1);
+  const Var v = pad_left(x, nd, loc);
+  if (std::all_of(reps.begin(), reps.end(), [](int64_t r) { return r == 1; })) return v;
+  // (1, x0, 1, x1, ...) over (r0, 1, r1, 1, ...), then (r0 * x0, r1 * x1, ...).
+  std::vector<int64_t> pattern;
+  Shape like;
+  for (int64_t d = 0; d < nd; ++d) {
+    pattern.insert(pattern.end(), {-1, d});
+    like.insert(like.end(), {reps[static_cast<size_t>(d)], 1});
+  }
+  const Var spread = broadcast_over(dimshuffle(v, pattern, loc), like, loc);
+  return reshape(spread, scaled_shape(v, reps, loc), nd, loc);
+}
+
+Var repeat(const Var& x, int64_t repeats, std::optional<int64_t> axis, Loc loc) {
+  if (!x.defined()) throw TypeError("repeat: x is an empty Var (at " + loc_str(loc) + ")");
+  if (repeats < 0)
+    throw TypeError("repeat: repeats must be 0 or more, got " + std::to_string(repeats) + " (at " + loc_str(loc) + ")");
+  if (!axis) return repeat(flatten(x, 1, loc), repeats, 0, loc);  // NumPy's axis=None: the flattened values
+  const int64_t nd = x.ndim();
+  const int64_t a = *axis < 0 ? *axis + nd : *axis;
+  if (a < 0 || a >= nd)
+    throw TypeError("repeat: axis " + std::to_string(*axis) + " is out of range for " + x.type().str() + " (at " +
+                    loc_str(loc) + ")");
+  if (repeats == 1) return x;
+  // (..., n, 1, ...) over (1, ..., 1, r, 1, ...), then (..., n * r, ...).
+  std::vector<int64_t> pattern;
+  Shape like;
+  std::vector<int64_t> factor(static_cast<size_t>(nd), 1);
+  factor[static_cast<size_t>(a)] = repeats;
+  for (int64_t d = 0; d < nd; ++d) {
+    pattern.push_back(d);
+    like.push_back(1);
+    if (d == a) {
+      pattern.push_back(-1);
+      like.push_back(repeats);
+    }
+  }
+  const Var spread = broadcast_over(dimshuffle(x, pattern, loc), like, loc);
+  return reshape(spread, scaled_shape(x, factor, loc), nd, loc);
+}
+
+Var pad(const Var& x, std::vector<std::pair<int64_t, int64_t>> widths, double value, Loc loc) {
+  if (!x.defined()) throw TypeError("pad: x is an empty Var (at " + loc_str(loc) + ")");
+  const int64_t nd = x.ndim();
+  if (widths.size() == 1 && nd > 1) widths.assign(static_cast<size_t>(nd), widths[0]);
+  if (static_cast<int64_t>(widths.size()) != nd)
+    throw TypeError("pad: takes one {before, after} pair per axis (or one for all), got " + std::to_string(widths.size()) +
+                    " pairs for " + x.type().str() + " (at " + loc_str(loc) + ")");
+  if (nd == 0) throw TypeError("pad: cannot pad a 0-d value " + x.type().str() + " (at " + loc_str(loc) + ")");
+  for (const auto& [before, after] : widths)
+    if (before < 0 || after < 0)
+      throw TypeError("pad: widths must be 0 or more, got {" + std::to_string(before) + ", " + std::to_string(after) +
+                      "} (at " + loc_str(loc) + ")");
+  if (!is_float(x.dtype()) && !std::isfinite(value))
+    throw TypeError("pad: the value " + std::to_string(value) + " has no " + dtype_name(x.dtype()) + " equivalent (x is " +
+                    x.type().str() + "; at " + loc_str(loc) + ")");
+  const Var fill_value = constant(Tensor::full({}, value, x.dtype()));
+  Var out = x;
+  for (int64_t d = 0; d < nd; ++d) {
+    const auto [before, after] = widths[static_cast<size_t>(d)];
+    if (before == 0 && after == 0) continue;
+    // A block of `value` with out's shape but w on axis d: the sum over d (which exists for an
+    // empty axis too) gives the other axes, read for its shape alone.
+    const Var rows = fill_like(sum(out, {d}, true, loc), fill_value, loc);
+    auto block = [&](int64_t w) {
+      Shape like(static_cast<size_t>(nd), 1);
+      like[static_cast<size_t>(d)] = w;
+      return cast(broadcast_over(rows, like, loc), x.dtype(), loc);
+    };
+    std::vector<Var> parts;
+    if (before > 0) parts.push_back(block(before));
+    parts.push_back(out);
+    if (after > 0) parts.push_back(block(after));
+    out = concatenate(parts, d, loc);
+  }
+  return out;
 }
 
 }  // namespace kiln

@@ -22,6 +22,7 @@ const char* kind_name(ReduceKind k) {
     case ReduceKind::min: return "min";
     case ReduceKind::mean: return "mean";
     case ReduceKind::argmax: return "argmax";
+    case ReduceKind::argmin: return "argmin";
   }
   return "?";
 }
@@ -168,14 +169,16 @@ void reduce_into(ReduceKind kind, const Tensor& in, const Tensor& out, std::span
   });
 }
 
-// The index of the first maximum (the first NaN, as NumPy says) along one axis, or over all axes
-// in row-major order, read through the input's strides.
-void argmax_into(const Tensor& in, const Tensor& out, const std::vector<int64_t>& axes) {
+// The index of the first maximum (minimum with `smallest`; the first NaN, as NumPy says) along one
+// axis, or over all axes in row-major order, read through the input's strides.
+void argmax_into(const Tensor& in, const Tensor& out, const std::vector<int64_t>& axes, bool smallest) {
   int64_t* po = reinterpret_cast<int64_t*>(out.raw_data());
   dispatch_dtype(in.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* base = reinterpret_cast<const T*>(in.raw_data());
-    auto better = [](T candidate, T best) { return best == best && (candidate > best || candidate != candidate); };
+    auto better = [smallest](T candidate, T best) {
+      return best == best && ((smallest ? candidate < best : candidate > best) || candidate != candidate);
+    };
     if (axes.size() == static_cast<size_t>(in.ndim())) {
       int64_t index = 0, best = 0;
       const T* best_value = nullptr;
@@ -227,7 +230,8 @@ class ReduceKernel final : public KernelOf<Reduce> {
     return sum_scratch_bytes(output_dtype(0), shape_numel(out[0]));
   }
   void run(InputValues in, OutputValues out, std::span<std::byte> scratch) const override {
-    if (op().kind() == ReduceKind::argmax) return argmax_into(in[0], out[0], op().axes());
+    if (op().kind() == ReduceKind::argmax || op().kind() == ReduceKind::argmin)
+      return argmax_into(in[0], out[0], op().axes(), op().kind() == ReduceKind::argmin);
     reduce_into(op().kind(), in[0], out[0], op().axes(), scratch);
   }
 };
@@ -328,7 +332,7 @@ std::vector<Type> Reduce::infer_types(const std::vector<Type>& in) const {
   for (int64_t a : axes_)
     if (a >= x.ndim()) throw TypeError(name() + ": axis " + std::to_string(a) + " out of range for " + x.str());
   DType dtype = x.dtype;
-  if (kind_ == ReduceKind::argmax) dtype = DType::i64;
+  if (kind_ == ReduceKind::argmax || kind_ == ReduceKind::argmin) dtype = DType::i64;
   else if ((kind_ == ReduceKind::sum || kind_ == ReduceKind::prod) && !is_float(dtype)) dtype = DType::i64;
   else if (kind_ == ReduceKind::mean && !is_float(dtype)) dtype = DType::f64;
   else if ((kind_ == ReduceKind::max || kind_ == ReduceKind::min) && dtype == DType::b8) dtype = DType::i64;
@@ -344,10 +348,11 @@ std::vector<Shape> Reduce::infer_shapes(const std::vector<Shape>& in, const std:
   Shape out;
   for (int64_t d = 0; d < static_cast<int64_t>(in[0].size()); ++d) {
     const bool reduced = contains(axes_, d);
-    // max, min and argmax have no identity: an empty axis has no answer, kept or not (NumPy).
-    if (reduced && in[0][d] == 0 && (kind_ == ReduceKind::max || kind_ == ReduceKind::min || kind_ == ReduceKind::argmax))
+    // max, min, argmax and argmin have no identity: an empty axis has no answer, kept or not (NumPy).
+    if (reduced && in[0][d] == 0 &&
+        (kind_ == ReduceKind::max || kind_ == ReduceKind::min || kind_ == ReduceKind::argmax || kind_ == ReduceKind::argmin))
       throw ShapeError(name() + ": cannot reduce the empty axis " + std::to_string(d) + " of shape " + shape_str(in[0]) +
-                       " (max, min and argmax have no value for no elements)");
+                       " (max, min, argmax and argmin have no value for no elements)");
     if (!reduced) out.push_back(in[0][d]);
     else if (keepdims_) out.push_back(1);
   }
@@ -362,6 +367,12 @@ Var expand_reduced(const Var& v, const std::vector<int64_t>& axes, int64_t ndim,
   return dimshuffle(v, pattern, loc);
 }
 
+Var reduced_count(const Var& x, const std::vector<int64_t>& axes, const Loc& loc) {
+  if (axes.empty()) return constant(Tensor::scalar<int64_t>(1));
+  const Var sizes = take(shape_of(x, loc), constant(Tensor::from(axes, {static_cast<int64_t>(axes.size())})), 0, loc);
+  return prod(sizes, {}, false, loc);
+}
+
 std::vector<Var> Reduce::L_op(const Node& node, const std::vector<Var>& gouts) const {
   const Loc loc = node.loc;
   const Var& x = node.inputs[0];
@@ -371,11 +382,7 @@ std::vector<Var> Reduce::L_op(const Node& node, const std::vector<Var>& gouts) c
   Var g = expand_reduced(gouts[0], axes_, nd, loc);
   switch (kind_) {
     case ReduceKind::sum: return {fill_like(x, g, loc)};
-    case ReduceKind::mean: {
-      std::vector<int64_t> idx(axes_.begin(), axes_.end());
-      Var count = prod(take(shape_of(x, loc), constant(Tensor::from(idx, {static_cast<int64_t>(idx.size())})), 0, loc), {}, false, loc);
-      return {fill_like(x, g / cast(count, x.dtype(), loc), loc)};
-    }
+    case ReduceKind::mean: return {fill_like(x, g / cast(reduced_count(x, axes_, loc), x.dtype(), loc), loc)};
     case ReduceKind::prod: {
       // The product of the others, without dividing by zero: a group without zeros gives
       // prod / x; with one zero, that element gets the product of the rest and the others 0;
@@ -389,7 +396,7 @@ std::vector<Var> Reduce::L_op(const Node& node, const std::vector<Var>& gouts) c
     }
     case ReduceKind::max:
     case ReduceKind::min: return {cast(x == y, x.dtype(), loc) * g};
-    case ReduceKind::argmax: return {Var()};
+    case ReduceKind::argmax: case ReduceKind::argmin: return {Var()};
   }
   return {Var()};
 }
@@ -450,9 +457,10 @@ Var reduce(ReduceKind kind, const Var& x, Axes axes, bool keepdims, const Loc& l
   if ((kind == ReduceKind::max || kind == ReduceKind::min) && x.dtype() == DType::b8)  // any / all, as NumPy: b8
     return cast(reduce(kind, cast(x, DType::i64, loc), std::move(axes), keepdims, loc), DType::b8, loc);
   auto norm = normalize_axes(axes, x.ndim(), kind_name(kind), loc);
-  if (kind == ReduceKind::argmax && norm.size() != 1 && static_cast<int64_t>(norm.size()) != x.ndim())
-    throw TypeError("argmax: takes one axis or all of them, got " + std::to_string(axes.size()) + " axes (at " +
-                    loc_str(loc) + ")");
+  if ((kind == ReduceKind::argmax || kind == ReduceKind::argmin) && norm.size() != 1 &&
+      static_cast<int64_t>(norm.size()) != x.ndim())
+    throw TypeError(std::string(kind_name(kind)) + ": takes one axis or all of them, got " + std::to_string(axes.size()) +
+                    " axes (at " + loc_str(loc) + ")");
   return apply1(std::make_shared<Reduce>(kind, norm, keepdims), {x}, loc);
 }
 }  // namespace
@@ -463,6 +471,28 @@ Var max(const Var& x, Axes axes, bool keepdims, Loc loc) { return reduce(ReduceK
 Var min(const Var& x, Axes axes, bool keepdims, Loc loc) { return reduce(ReduceKind::min, x, axes, keepdims, loc); }
 Var prod(const Var& x, Axes axes, bool keepdims, Loc loc) { return reduce(ReduceKind::prod, x, axes, keepdims, loc); }
 Var argmax(const Var& x, Axes axes, bool keepdims, Loc loc) { return reduce(ReduceKind::argmax, x, axes, keepdims, loc); }
+Var argmin(const Var& x, Axes axes, bool keepdims, Loc loc) { return reduce(ReduceKind::argmin, x, axes, keepdims, loc); }
+
+// The mean of the squared deviations from the mean, divided by max(N - ddof, 0) instead of N (N:
+// the elements reduced), as NumPy's var: built from sum, mean and elementwise ops, so it fuses
+// and differentiates (twice) like them. Integers and bools are taken as f64, as mean does.
+Var var(const Var& x, Axes axes, bool keepdims, int64_t ddof, Loc loc) {
+  if (!x.defined()) throw TypeError("var: x is an empty Var (at " + loc_str(loc) + ")");
+  if (ddof < 0)
+    throw TypeError("var: ddof must be 0 or more, got " + std::to_string(ddof) + " (NumPy divides by N - ddof; at " +
+                    loc_str(loc) + ")");
+  const auto norm = normalize_axes(axes, x.ndim(), "var", loc);
+  const Var xf = is_float(x.dtype()) ? x : cast(x, DType::f64, loc);
+  const Var deviation = xf - mean(xf, norm, true, loc);
+  const Var divisor = cast(maximum(reduced_count(xf, norm, loc) - ddof, 0, loc), xf.dtype(), loc);
+  return sum(deviation * deviation, norm, keepdims, loc) / divisor;
+}
+
+Var std(const Var& x, Axes axes, bool keepdims, int64_t ddof, Loc loc) {
+  if (!x.defined()) throw TypeError("std: x is an empty Var (at " + loc_str(loc) + ")");
+  return sqrt(var(x, std::move(axes), keepdims, ddof, loc), loc);
+}
+
 Var logsumexp(const Var& x, Axes axes, bool keepdims, Loc loc) {
   const Var xf = is_float(x.dtype()) ? x : cast(x, DType::f64, loc);
   return apply1(std::make_shared<LogSumExp>(normalize_axes(axes, x.ndim(), "logsumexp", loc), keepdims), {xf}, loc);

@@ -4,7 +4,7 @@
 
 namespace kiln {
 
-enum class ReduceKind { sum, prod, max, min, mean, argmax };
+enum class ReduceKind { sum, prod, max, min, mean, argmax, argmin };
 
 class Reduce final : public Op {
  public:
@@ -76,6 +76,8 @@ class SumToShape final : public Op {
 Var sum_to_shape_of(const Var& g, const Var& like, const Loc& loc);
 // Inserts broadcastable axes where a reduction without keepdims removed them.
 Var expand_reduced(const Var& v, const std::vector<int64_t>& axes, int64_t ndim, const Loc& loc);
+// The number of elements a reduction of x over `axes` (sorted, non-negative) combines: an i64 scalar.
+Var reduced_count(const Var& x, const std::vector<int64_t>& axes, const Loc& loc);
 std::vector<int64_t> normalize_axes(const std::vector<int64_t>& axes, int64_t ndim, const std::string& op, const Loc& loc);
 
 void add_reduce_kernels(KernelTable& table);

@@ -9,17 +9,47 @@ namespace kiln {
 // The closed set of scalar operations every elementwise computation applies (tinygrad's few
 // primitives): Elemwise nodes apply one, fused Composite nodes a short program of them.
 enum class ScalarOp {
-  neg, exp, log, log1p, expm1, sqrt, sqr, tanh, sigmoid, softplus, relu, abs, sign, sin, cos, cast,
-  add, sub, mul, div, pow, maximum, minimum, lt, le, gt, ge, eq, ne, fill, where
+  neg, exp, log, log1p, expm1, sqrt, sqr, tanh, sigmoid, softplus, relu, abs, sign, sin, cos, floor, ceil, round,
+  erf, cast,
+  add, sub, mul, div, pow, mod, maximum, minimum, lt, le, gt, ge, eq, ne, fill, where
 };
+// Unary ops come before cast and binary ones from add (scalar_op_arity relies on the order).
 const char* scalar_op_name(ScalarOp op);
 int scalar_op_arity(ScalarOp op);
 bool is_variadic(ScalarOp op);  // add, mul
+
+// NumPy's remainder (Python's %): the result has the divisor's sign. Floats as NumPy's divmod
+// (fmod, then moved into the divisor's sign; a zero result takes the divisor's sign; x % 0 is
+// NaN); integers: x % 0 is 0 (NumPy's, with a warning), and x % -1 is 0 (no overflow at the
+// lowest value).
+template <class T> T remainder_of(T x, T y) {
+  if constexpr (std::is_floating_point_v<T>) {
+    T m = std::fmod(x, y);
+    if (y == T(0)) return m;
+    if (m != T(0)) {
+      if ((y < T(0)) != (m < T(0))) m += y;
+    } else {
+      m = std::copysign(T(0), y);
+    }
+    return m;
+  } else {
+    if (y == T(0) || y == T(-1)) return T(0);
+    T m = static_cast<T>(x % y);
+    if (m != T(0) && ((m < T(0)) != (y < T(0)))) m = static_cast<T>(m + y);
+    return m;
+  }
+}
 
 // The scalar function of op on T, handed to body(f, costly) (costly: transcendental, worth
 // threads sooner). Returns false when op has no function for T. One table serves the tensor
 // kernels and the fused block interpreter.
 template <class T, class Body> bool visit_unary(ScalarOp op, Body&& body) {
+  if constexpr (!std::is_floating_point_v<T>) {  // rounding an integer or a bool leaves it as it is
+    if (op == ScalarOp::floor || op == ScalarOp::ceil || op == ScalarOp::round) {
+      body([](T x) { return x; }, false);
+      return true;
+    }
+  }
   if constexpr (std::is_same_v<T, bool>) {  // NumPy: abs of a bool is itself (and so is max(x, 0))
     if (op == ScalarOp::abs || op == ScalarOp::relu) {
       body([](bool x) { return x; }, false);
@@ -47,6 +77,11 @@ template <class T, class Body> bool visit_unary(ScalarOp op, Body&& body) {
       case ScalarOp::softplus: body([](T x) { return fastmath::softplus(x); }, true); return true;
       case ScalarOp::sin: body([](T x) { return std::sin(x); }, true); return true;
       case ScalarOp::cos: body([](T x) { return std::cos(x); }, true); return true;
+      case ScalarOp::floor: body([](T x) { return std::floor(x); }, false); return true;
+      case ScalarOp::ceil: body([](T x) { return std::ceil(x); }, false); return true;
+      // Half-way cases to the even neighbour, as NumPy's round (the default rounding mode).
+      case ScalarOp::round: body([](T x) { return std::nearbyint(x); }, false); return true;
+      case ScalarOp::erf: body([](T x) { return std::erf(x); }, true); return true;
       default: break;
     }
   }
@@ -80,6 +115,7 @@ template <class T, class Body> bool visit_binary(ScalarOp op, Body&& body) {
       case ScalarOp::ge: body([](T x, T y) { return x >= y; }, false); return true;
       case ScalarOp::eq: body([](T x, T y) { return x == y; }, false); return true;
       case ScalarOp::ne: body([](T x, T y) { return x != y; }, false); return true;
+      case ScalarOp::mod: body([](T x, T y) { return remainder_of(x, y); }, false); return true;
       default: break;
     }
     if constexpr (std::is_floating_point_v<T>) {

@@ -1,6 +1,7 @@
 #include "ops/shape.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "kiln/ops.hpp"
 #include "ops/join.hpp"
@@ -294,6 +295,39 @@ Var reshape(const Var& x, const Var& shape, std::optional<int64_t> ndim, Loc loc
 Var flatten(const Var& x, int64_t outdim, Loc loc) {
   if (outdim < 1) throw TypeError("flatten: outdim must be at least 1, got " + std::to_string(outdim) + " (at " + loc_str(loc) + ")");
   return apply1(std::make_shared<Reshape>(Shape{}, 0, outdim), {x}, loc);
+}
+
+Var arange(RangeValue stop, Loc loc) { return arange(0, stop, 1, loc); }
+
+Var arange(RangeValue start, RangeValue stop, RangeValue step, Loc loc) {
+  auto at = [&] { return " (at " + loc_str(loc) + ")"; };
+  if (start.is_integer && stop.is_integer && step.is_integer) {
+    const int64_t a = start.integer, b = stop.integer, s = step.integer;
+    if (s == 0) throw TypeError("arange: step cannot be zero" + at());
+    // ceil((b - a) / s) without overflow in b - a: in 128 bits.
+    const __int128 span = static_cast<__int128>(b) - a;
+    __int128 count = span / s + ((span % s != 0 && ((span < 0) == (s < 0))) ? 1 : 0);
+    if (count < 0) count = 0;
+    if (count > static_cast<__int128>(1e12))
+      throw TypeError("arange: from " + std::to_string(a) + " to " + std::to_string(b) + " by " + std::to_string(s) +
+                      " is too many values" + at());
+    std::vector<int64_t> values(static_cast<size_t>(count));
+    for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<int64_t>(a + static_cast<__int128>(i) * s);
+    return constant(Tensor::from(values, Shape{static_cast<int64_t>(values.size())}));
+  }
+  const double a = start.value, b = stop.value, s = step.value;
+  if (s == 0) throw TypeError("arange: step cannot be zero" + at());
+  if (!std::isfinite(a) || !std::isfinite(b) || !std::isfinite(s))
+    throw TypeError("arange: start, stop and step must be finite, got " + std::to_string(a) + ", " + std::to_string(b) +
+                    ", " + std::to_string(s) + at());
+  const double length = std::ceil((b - a) / s);
+  if (length > 1e12)
+    throw TypeError("arange: " + std::to_string(length) + " values from " + std::to_string(a) + " to " + std::to_string(b) +
+                    " by " + std::to_string(s) + " are too many" + at());
+  const int64_t count = length > 0 ? static_cast<int64_t>(length) : 0;
+  std::vector<double> values(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) values[static_cast<size_t>(i)] = a + static_cast<double>(i) * s;
+  return constant(Tensor::from(values, Shape{count}));
 }
 
 Var shape_of(const Var& x, Loc loc) { return apply1(std::make_shared<ShapeOf>(), {x}, loc); }

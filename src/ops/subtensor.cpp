@@ -217,6 +217,26 @@ std::vector<Shape> Take::infer_shapes(const std::vector<Shape>& in, const std::v
 
 
 
+std::vector<Type> OneHotEncode::infer_types(const std::vector<Type>& in) const {
+  if (!is_integer(in[0].dtype))
+    throw TypeError(name() + ": indices must be integers (i32 or i64), got " + in[0].str() + "; cast them first");
+  std::vector<bool> bc = in[0].broadcastable;
+  bc.push_back(n_ == 1);
+  return {Type{dtype_, bc}};
+}
+
+std::vector<Shape> OneHotEncode::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
+  Shape out = in[0];
+  out.push_back(n_);
+  return {out};
+}
+
+Var one_hot(const Var& indices, int64_t n, DType dtype, Loc loc) {
+  if (!indices.defined()) throw TypeError("one_hot: indices is an empty Var (at " + loc_str(loc) + ")");
+  if (n < 0) throw TypeError("one_hot: the number of classes must be 0 or more, got " + std::to_string(n) + " (at " + loc_str(loc) + ")");
+  return apply1(std::make_shared<OneHotEncode>(n, dtype), {indices}, loc);
+}
+
 std::vector<Var> Take::L_op(const Node& node, const std::vector<Var>& gouts) const {
   const Var& x = node.inputs[0];
   if (!is_float(x.dtype())) return {Var(), Var()};
@@ -340,6 +360,35 @@ class TakeKernel final : public KernelOf<Take> {
   }
 };
 
+class OneHotEncodeKernel final : public KernelOf<OneHotEncode> {
+ public:
+  using KernelOf::KernelOf;
+  int64_t scratch_bytes(const std::vector<Shape>& in, const std::vector<Shape>&) const override {
+    return shape_numel(in[0]) * static_cast<int64_t>(sizeof(int64_t));
+  }
+  void run(InputValues in, OutputValues out, std::span<std::byte> scratch) const override {
+    const Tensor& idx = in[0];
+    Tensor& o = out[0];
+    const int64_t n = op().n(), count = idx.numel();
+    int64_t* column = reinterpret_cast<int64_t*>(scratch.data());
+    for (int64_t j = 0; j < count; ++j) {  // every index is checked before the output is written
+      const int64_t i = static_cast<int64_t>(idx.item_as_double(j));
+      const int64_t c = i < 0 ? i + n : i;
+      if (c < 0 || c >= n)
+        throw ShapeError(op().name() + ": index " + std::to_string(i) + " is out of bounds for " + std::to_string(n) +
+                         " classes (indices " + idx.str() + "); indices must lie in [-" + std::to_string(n) + ", " +
+                         std::to_string(n) + ")");
+      column[j] = c;
+    }
+    dispatch_dtype(o.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      T* po = reinterpret_cast<T*>(o.raw_data());
+      std::fill_n(po, count * n, T(0));
+      for (int64_t j = 0; j < count; ++j) po[j * n + column[j]] = T(1);
+    });
+  }
+};
+
 class TakeIncKernel final : public KernelOf<TakeInc> {
  public:
   using KernelOf::KernelOf;
@@ -394,6 +443,7 @@ void add_subtensor_kernels(KernelTable& table) {
   table.add<Subtensor, SubtensorKernel>();
   table.add<IncSubtensor, IncSubtensorKernel>();
   table.add<Take, TakeKernel>();
+  table.add<OneHotEncode, OneHotEncodeKernel>();
   table.add<TakeInc, TakeIncKernel>();
   table.add<LastOccurrence, LastOccurrenceKernel>();
 }

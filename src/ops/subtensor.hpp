@@ -69,6 +69,24 @@ class Take final : public Op {
   int64_t axis_;
 };
 
+// one_hot(indices, n): a new last axis of n values, 1 at each index and 0 elsewhere, as NumPy's
+// eye(n)[indices] (negative indices count from n; beyond, a ShapeError when it runs).
+class OneHotEncode final : public Op {
+ public:
+  OneHotEncode(int64_t n, DType dtype) : n_(n), dtype_(dtype) {}
+  void params(OpParams& out) const override { out << n_ << dtype_; }
+  std::string name() const override { return "one_hot{" + std::to_string(n_) + "," + dtype_name(dtype_) + "}"; }
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
+  std::vector<Var> L_op(const Node&, const std::vector<Var>&) const override { return {Var()}; }
+  bool checks_values_before_writing() const override { return true; }
+  int64_t n() const { return n_; }
+
+ private:
+  int64_t n_;
+  DType dtype_;
+};
+
 // A copy of x whose rows take(x, indices, axis) are set to (or incremented by) y; repeated
 // indices accumulate when incrementing.
 class TakeInc final : public Op {
