@@ -235,3 +235,16 @@ TEST(Reduce, EagerArgminVarStd) {
   expect_values(var(v, {1}), {8.0 / 3, 8.0 / 3}, 1e-15);
   expect_values(kiln::std(v, {}, false, 1), {std::sqrt(3.5)}, 1e-15);
 }
+
+TEST(Reduce, OneAxisGivenAsANumber) {
+  Var x = matrix("x", f64);
+  const Tensor v = Tensor::from({1.0, 5.0, 3.0, 4.0, 2.0, 6.0}, {2, 3});
+  const std::vector<Tensor> out = eval({x}, {sum(x, 1), argmax(x, -1), mean(x, 0, true), kiln::var(x, 1), sum(x, {}), max(x, int64_t{0})}, {v});
+  expect_values(out[0], {9, 12});
+  expect_values(out[1], {1, 2});
+  EXPECT_EQ(out[2].shape(), (Shape{1, 3}));
+  expect_values(out[2], {2.5, 3.5, 4.5});
+  expect_values(out[3], {8.0 / 3.0, 8.0 / 3.0});
+  expect_values(out[4], {21});  // a braced empty list is still every axis
+  expect_values(out[5], {4, 5, 6});
+}

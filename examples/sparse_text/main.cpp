@@ -154,7 +154,7 @@ int run(int argc, char** argv) {
   Var new_vW = momentum * vW - learning_rate * g[0], new_vb = momentum * vb - learning_rate * g[1];
   Function train_step = function({x, y}, {Out(loss, {.borrow = true})},
                                  {.updates = {{vW, new_vW}, {vb, new_vb}, {W, W + new_vW}, {b, b + new_vb}}, .keep_buffers = true});
-  Function predict = function({x}, {argmax(probabilities, {1})});
+  Function predict = function({x}, {argmax(probabilities, 1)});
 
   auto accuracy = [&](const SparseTensor& features, const std::vector<int64_t>& labels) {
     const std::vector<int64_t> predicted = predict(features)[0].to_vector<int64_t>();

@@ -1,4 +1,5 @@
 #pragma once
+#include <concepts>
 #include <initializer_list>
 #include <optional>
 #include <type_traits>
@@ -82,6 +83,33 @@ Var var(const Var& x, Axes axes = {}, bool keepdims = false, int64_t ddof = 0, L
 Var std(const Var& x, Axes axes = {}, bool keepdims = false, int64_t ddof = 0, Loc loc = Loc::current());
 // log(sum(exp(x), axes)) without overflow: the maximum over the axes is taken out first.
 Var logsumexp(const Var& x, Axes axes = {}, bool keepdims = false, Loc loc = Loc::current());
+// One axis given as a number, as in sum(x, 1) or argmax(p, -1): the same as {1}. A braced list
+// still picks the overloads above, so sum(x, {}) reduces every axis.
+#define KILN_ONE_AXIS(name)                                                                  \
+  template <std::integral Axis>                                                              \
+    requires(!std::same_as<Axis, bool>)                                                      \
+  Var name(const Var& x, Axis axis, bool keepdims = false, Loc loc = Loc::current()) {       \
+    return name(x, Axes{static_cast<int64_t>(axis)}, keepdims, loc);                         \
+  }
+KILN_ONE_AXIS(sum)
+KILN_ONE_AXIS(mean)
+KILN_ONE_AXIS(max)
+KILN_ONE_AXIS(min)
+KILN_ONE_AXIS(prod)
+KILN_ONE_AXIS(argmax)
+KILN_ONE_AXIS(argmin)
+KILN_ONE_AXIS(logsumexp)
+#undef KILN_ONE_AXIS
+template <std::integral Axis>
+  requires(!std::same_as<Axis, bool>)
+Var var(const Var& x, Axis axis, bool keepdims = false, int64_t ddof = 0, Loc loc = Loc::current()) {
+  return var(x, Axes{static_cast<int64_t>(axis)}, keepdims, ddof, loc);
+}
+template <std::integral Axis>
+  requires(!std::same_as<Axis, bool>)
+Var std(const Var& x, Axis axis, bool keepdims = false, int64_t ddof = 0, Loc loc = Loc::current()) {
+  return std(x, Axes{static_cast<int64_t>(axis)}, keepdims, ddof, loc);
+}
 
 // Running sum along an axis (negative counts from the end; none: over the flattened values), as
 // NumPy's cumsum: integers and bools sum as i64. Its gradient is the reverse running sum.

@@ -57,7 +57,8 @@ class CompiledInner final : public InnerProgram {
     auto [it, fresh] = plans_.try_emplace(input_shapes);
     if (!fresh) return it->second;
     try {
-      const PlanOptions options{.results_supplied = true};
+      PlanOptions options;
+      options.results_supplied = true;
       MemoryPlan best = plan_memory(schedules_[0], input_shapes, {}, options);
       for (size_t i = 1; i < schedules_.size(); ++i) {
         MemoryPlan candidate = plan_memory(schedules_[i], input_shapes, {}, options);

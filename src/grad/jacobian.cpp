@@ -19,7 +19,8 @@ Var jacobian(const Var& y, const Var& x, GradOptions options) {
           const Var& i = a[0];
           return std::vector<Var>{i + int64_t{1}, grad(flat[VarIndex(i)], x, options)};
         },
-        {.outputs_info = {Taps{constant(Tensor::scalar(int64_t{0}))}, std::nullopt}, .n_steps = shape_of(flat)[0]});
+        {.sequences = {}, .outputs_info = {Taps{constant(Tensor::scalar(int64_t{0}))}, std::nullopt}, .non_sequences = {},
+         .n_steps = shape_of(flat)[0]});
     return reshape(rows.outputs[1], concatenate({shape_of(y), shape_of(x)}), y.ndim() + x.ndim());
   } catch (const GradError& e) {
     throw GradError("jacobian of y " + y.type().str() + " in x '" + x.get()->label() + "' " + x.type().str() + " (each element of y by grad): " + e.what());
