@@ -42,7 +42,9 @@ struct Pattern {
   const int64_t* indices;
   const int64_t* indptr;
   int64_t n_major, n_minor, nnz;
-  int64_t row(int64_t major, int64_t minor, SparseFormat f) const { return f == SparseFormat::csr ? major : minor; }
+  // The row and the column of entry k, stored in segment `major`.
+  int64_t row(SparseFormat f, int64_t major, int64_t k) const { return f == SparseFormat::csr ? major : indices[k]; }
+  int64_t col(SparseFormat f, int64_t major, int64_t k) const { return f == SparseFormat::csr ? indices[k] : major; }
 };
 
 Pattern checked_pattern(const std::string& op, const Tensor& indices, const Tensor& indptr, int64_t n_minor) {
@@ -95,7 +97,7 @@ std::vector<Var> parts(const SparseVar& x) { return {x.data(), x.indices(), x.in
 
 // ---- SparseDot
 
-std::string SparseDot::name() const { return with_format("sparse_dot", format_); }
+std::string SparseDot::name() const { return with_format("sparse_dot", format()); }
 
 std::vector<Type> SparseDot::infer_types(const std::vector<Type>& in) const {
   if (in.size() != 5) throw TypeError(name() + ": takes data, indices, indptr, shape and a dense matrix");
@@ -108,13 +110,13 @@ std::vector<Type> SparseDot::infer_types(const std::vector<Type>& in) const {
 }
 
 std::vector<int> SparseDot::needs_input_values() const {
-  return format_ == SparseFormat::csc ? std::vector<int>{3} : std::vector<int>{};
+  return format() == SparseFormat::csc ? std::vector<int>{3} : std::vector<int>{};
 }
 
 std::vector<Shape> SparseDot::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>& values) const {
   if (in[0] != in[1])
     throw ShapeError(name() + ": data " + shape_str(in[0]) + " and indices " + shape_str(in[1]) + " must have one entry per stored value");
-  if (format_ == SparseFormat::csr) return {{in[2][0] - 1, in[4][1]}};
+  if (format() == SparseFormat::csr) return {{in[2][0] - 1, in[4][1]}};
   if (!values[3]) throw ShapeError(name() + ": the number of rows of a CSC matrix is known only from its shape's value");
   return {{shape_value(name(), *values[3]).first, in[4][1]}};
 }
@@ -122,15 +124,15 @@ std::vector<Shape> SparseDot::infer_shapes(const std::vector<Shape>& in, const s
 std::vector<Var> SparseDot::L_op(const Node& node, const std::vector<Var>& g) const {
   const Var &data = node.inputs[0], &indices = node.inputs[1], &indptr = node.inputs[2], &shape = node.inputs[3],
             &d = node.inputs[4];
-  const Var g_data = apply1(std::make_shared<SamplingDot>(format_), {g[0], d, indices, indptr}, node.loc);
-  const Var g_dense = apply1(std::make_shared<SparseDot>(transposed(format_)),
+  const Var g_data = apply1(std::make_shared<SamplingDot>(format()), {g[0], d, indices, indptr}, node.loc);
+  const Var g_dense = apply1(std::make_shared<SparseDot>(transposed(format())),
                              {data, indices, indptr, reversed_shape(shape, node.loc), g[0]}, node.loc);
   return {g_data, Var(), Var(), Var(), g_dense};
 }
 
 // ---- SamplingDot
 
-std::string SamplingDot::name() const { return with_format("sampling_dot", format_); }
+std::string SamplingDot::name() const { return with_format("sampling_dot", format()); }
 
 std::vector<Type> SamplingDot::infer_types(const std::vector<Type>& in) const {
   if (in.size() != 4) throw TypeError(name() + ": takes a, b, indices and indptr");
@@ -150,15 +152,15 @@ std::vector<Shape> SamplingDot::infer_shapes(const std::vector<Shape>& in, const
 std::vector<Var> SamplingDot::L_op(const Node& node, const std::vector<Var>& g) const {
   const Var &a = node.inputs[0], &b = node.inputs[1], &indices = node.inputs[2], &indptr = node.inputs[3];
   const Var shape = stack({shape_of(a, node.loc)[0], shape_of(b, node.loc)[0]}, 0, node.loc);
-  const Var g_a = apply1(std::make_shared<SparseDot>(format_), {g[0], indices, indptr, shape, b}, node.loc);
-  const Var g_b = apply1(std::make_shared<SparseDot>(transposed(format_)),
+  const Var g_a = apply1(std::make_shared<SparseDot>(format()), {g[0], indices, indptr, shape, b}, node.loc);
+  const Var g_b = apply1(std::make_shared<SparseDot>(transposed(format())),
                          {g[0], indices, indptr, reversed_shape(shape, node.loc), a}, node.loc);
   return {g_a, g_b, Var(), Var()};
 }
 
 // ---- SparseGather
 
-std::string SparseGather::name() const { return with_format("sparse_gather", format_); }
+std::string SparseGather::name() const { return with_format("sparse_gather", format()); }
 
 std::vector<Type> SparseGather::infer_types(const std::vector<Type>& in) const {
   if (in.size() != 4) throw TypeError(name() + ": takes g, indices, indptr and shape");
@@ -174,7 +176,7 @@ std::vector<Shape> SparseGather::infer_shapes(const std::vector<Shape>& in, cons
 }
 
 std::vector<Var> SparseGather::L_op(const Node& node, const std::vector<Var>& g) const {
-  const Var scattered = apply1(std::make_shared<SparseReduce>(format_, -1),
+  const Var scattered = apply1(std::make_shared<SparseReduce>(format(), -1),
                                {g[0], node.inputs[1], node.inputs[2], node.inputs[3]}, node.loc);
   return {sum_to_shape_of(scattered, node.inputs[0], node.loc), Var(), Var(), Var()};
 }
@@ -401,7 +403,7 @@ std::vector<Var> SparseSample::L_op(const Node& node, const std::vector<Var>& g)
   // Sampling is linear in the first matrix's data; its transpose samples g, on the pattern, at
   // the first matrix's entries.
   const std::vector<Var>& in = node.inputs;
-  const Var g_data = apply1(std::make_shared<SparseSample>(format_), {g[0], in[4], in[5], in[6], in[1], in[2], in[3]}, node.loc);
+  const Var g_data = apply1(std::make_shared<SparseSample>(format()), {g[0], in[4], in[5], in[6], in[1], in[2], in[3]}, node.loc);
   return {g_data, Var(), Var(), Var(), Var(), Var(), Var()};
 }
 
@@ -419,6 +421,19 @@ std::pair<int64_t, int64_t> checked_dims(const std::string& op, SparseFormat for
                      std::to_string(cols) + ") needs " + std::to_string(n_major + 1) + " indptr entries, got " +
                      std::to_string(indptr.numel()));
   return {rows, cols};
+}
+
+// A sparse matrix a kernel reads: its dimensions from its shape value, its pattern checked
+// against them.
+struct CheckedMatrix {
+  int64_t rows, cols;
+  Pattern p;
+};
+
+CheckedMatrix checked_matrix(const std::string& op, SparseFormat format, const Tensor& indices, const Tensor& indptr,
+                             const Tensor& shape) {
+  const auto [rows, cols] = checked_dims(op, format, indptr, shape);
+  return {rows, cols, checked_pattern(op, indices, indptr, format == SparseFormat::csr ? cols : rows)};
 }
 
 // The product's loops, compiled per instruction set (for_this_cpu); every operand by value.
@@ -510,11 +525,10 @@ class SparseDotKernel final : public KernelOf<SparseDot> {
     const std::string op_name = op().name();
     const SparseFormat format = op().format();
     const Tensor &data = in[0], &d = in[4];
-    const auto [rows, cols] = checked_dims(op_name, format, in[2], in[3]);
+    const auto [rows, cols, p] = checked_matrix(op_name, format, in[1], in[2], in[3]);
     if (d.shape()[0] != cols)
       throw ShapeError(op_name + ": the sparse matrix is (" + std::to_string(rows) + ", " + std::to_string(cols) +
                        ") but the dense operand is " + shape_str(d.shape()) + "; its rows must equal the sparse columns");
-    const Pattern p = checked_pattern(op_name, in[1], in[2], format == SparseFormat::csr ? cols : rows);
     Tensor& o = out[0];
     dispatch_float(data.dtype(), "sparse_dot", [&](auto zero) {
       using T = decltype(zero);
@@ -585,7 +599,7 @@ class SamplingDotKernel final : public KernelOf<SamplingDot> {
       auto run_segments = [&](int64_t m0, int64_t m1) {
         for (int64_t m = m0; m < m1; ++m)
           for (int64_t k = p.indptr[m]; k < p.indptr[m + 1]; ++k) {
-            const int64_t r = p.row(m, p.indices[k], format), c = format == SparseFormat::csr ? p.indices[k] : m;
+            const int64_t r = p.row(format, m, k), c = p.col(format, m, k);
             const T* arow = ap + r * ars;
             const T* brow = bp + c * brs;
             T total = 0;
@@ -607,12 +621,11 @@ class SparseGatherKernel final : public KernelOf<SparseGather> {
     const std::string op_name = op().name();
     const SparseFormat format = op().format();
     const Tensor& g = in[0];
-    const auto [rows, cols] = checked_dims(op_name, format, in[2], in[3]);
+    const auto [rows, cols, p] = checked_matrix(op_name, format, in[1], in[2], in[3]);
     const bool rows_ok = g.shape()[0] == rows || g.shape()[0] == 1, cols_ok = g.shape()[1] == cols || g.shape()[1] == 1;
     if (!rows_ok || !cols_ok)
       throw ShapeError(op_name + ": g " + shape_str(g.shape()) + " does not broadcast to the sparse matrix's shape (" +
                        std::to_string(rows) + ", " + std::to_string(cols) + ")");
-    const Pattern p = checked_pattern(op_name, in[1], in[2], format == SparseFormat::csr ? cols : rows);
     const int64_t grs = g.shape()[0] == 1 ? 0 : g.strides()[0], gcs = g.shape()[1] == 1 ? 0 : g.strides()[1];
     dispatch_float(g.dtype(), "sparse_gather", [&](auto zero) {
       using T = decltype(zero);
@@ -621,8 +634,7 @@ class SparseGatherKernel final : public KernelOf<SparseGather> {
       const int64_t os = out[0].strides()[0];
       for (int64_t m = 0; m < p.n_major; ++m)
         for (int64_t k = p.indptr[m]; k < p.indptr[m + 1]; ++k) {
-          const int64_t r = p.row(m, p.indices[k], format), c = format == SparseFormat::csr ? p.indices[k] : m;
-          o[k * os] = gp[r * grs + c * gcs];
+          o[k * os] = gp[p.row(format, m, k) * grs + p.col(format, m, k) * gcs];
         }
     });
   }
@@ -634,8 +646,7 @@ class SparseReduceKernel final : public KernelOf<SparseReduce> {
   void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
     const std::string op_name = op().name();
     const SparseFormat format = op().format();
-    const auto [rows, cols] = checked_dims(op_name, format, in[2], in[3]);
-    const Pattern p = checked_pattern(op_name, in[1], in[2], format == SparseFormat::csr ? cols : rows);
+    const auto [rows, cols, p] = checked_matrix(op_name, format, in[1], in[2], in[3]);
     const int64_t axis = op().axis();
     Tensor& o = out[0];
     dispatch_float(in[0].dtype(), "sparse_reduce", [&](auto zero) {
@@ -653,7 +664,7 @@ class SparseReduceKernel final : public KernelOf<SparseReduce> {
       }
       for (int64_t m = 0; m < p.n_major; ++m)
         for (int64_t k = p.indptr[m]; k < p.indptr[m + 1]; ++k) {
-          const int64_t r = p.row(m, p.indices[k], format), c = format == SparseFormat::csr ? p.indices[k] : m;
+          const int64_t r = p.row(format, m, k), c = p.col(format, m, k);
           if (axis < 0) op_[r * ors + c * ocs] += v[k * vs];
           else op_[(axis == 0 ? c : r) * ors] += v[k * vs];
         }
@@ -704,8 +715,9 @@ JoinOperands join_operands(const SparseJoin& join, InputValues in, size_t first)
   const std::string op_name = join.name();
   const SparseFormat format = join.format();
   auto part = [&](size_t i) -> const Tensor& { return in[first + i]; };
-  const auto [ar, ac] = checked_dims(op_name, format, part(2), part(3));
-  const auto [br, bc] = checked_dims(op_name, format, part(6), part(7));
+  const CheckedMatrix a = checked_matrix(op_name, format, part(1), part(2), part(3));
+  const CheckedMatrix b = checked_matrix(op_name, format, part(5), part(6), part(7));
+  const int64_t ar = a.rows, ac = a.cols, br = b.rows, bc = b.cols;
   const bool rows_agree = ar == br, cols_agree = ac == bc;
   const bool ok = join.how() == SparseJoin::How::add ? rows_agree && cols_agree
                   : join.how() == SparseJoin::How::stack_rows ? cols_agree
@@ -717,8 +729,7 @@ JoinOperands join_operands(const SparseJoin& join, InputValues in, size_t first)
                       : join.how() == SparseJoin::How::stack_rows ? "have different numbers of columns; vstack needs equal ones"
                                                                   : "have different numbers of rows; hstack needs equal ones"));
   const bool csr = format == SparseFormat::csr;
-  JoinOperands j{ar, ac, br, bc, checked_pattern(op_name, part(1), part(2), csr ? ac : ar),
-                 checked_pattern(op_name, part(5), part(6), csr ? bc : br), 0};
+  JoinOperands j{ar, ac, br, bc, a.p, b.p, 0};
   if (join.how() != SparseJoin::How::add && !join.appends_segments()) j.minor_offset = csr ? ac : ar;
   return j;
 }
@@ -796,9 +807,8 @@ class SparseConvertKernel final : public KernelOf<SparseConvert> {
   void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
     const std::string op_name = op().name();
     const SparseFormat from = op().from();
-    const auto [rows, cols] = checked_dims(op_name, from, in[1], in[2]);
+    const auto [rows, cols, p] = checked_matrix(op_name, from, in[0], in[1], in[2]);
     const int64_t n_minor = from == SparseFormat::csr ? cols : rows;
-    const Pattern p = checked_pattern(op_name, in[0], in[1], n_minor);
     int64_t* indices = out[0].data<int64_t>();
     int64_t* indptr = out[1].data<int64_t>();
     int64_t* positions = out[2].data<int64_t>();
@@ -830,8 +840,7 @@ class SparseSampleKernel final : public KernelOf<SparseSample> {
     if (rows != p_rows || cols != p_cols)
       throw ShapeError(op_name + ": shapes (" + std::to_string(rows) + ", " + std::to_string(cols) + ") and (" + std::to_string(p_rows) +
                        ", " + std::to_string(p_cols) + ") differ; elementwise products need equal shapes");
-    const int64_t n_minor = format == SparseFormat::csr ? cols : rows;
-    const Pattern from = checked_pattern(op_name, in[1], in[2], n_minor), at = checked_pattern(op_name, in[4], in[5], n_minor);
+    const Pattern from = checked_matrix(op_name, format, in[1], in[2], in[3]).p, at = checked_matrix(op_name, format, in[4], in[5], in[6]).p;
     dispatch_float(in[0].dtype(), "sparse_sample", [&](auto zero) {
       using T = decltype(zero);
       const T* v = in[0].data<T>();

@@ -10,12 +10,21 @@ namespace kiln {
 // op checks the pattern it reads (indptr from 0 to nnz, never decreasing; indices in range)
 // before it writes, and names itself and the part that is wrong.
 
-// x . d for sparse x (rows x cols) and dense d (cols x n): inputs data, indices, indptr, shape, d.
-class SparseDot final : public Op {
+// An op whose one parameter is the format of the sparse matrix it reads.
+class SparseFormatOp : public Op {
  public:
-  explicit SparseDot(SparseFormat format) : format_(format) {}
+  explicit SparseFormatOp(SparseFormat format) : format_(format) {}
   SparseFormat format() const { return format_; }
   void params(OpParams& out) const override { out << format_; }
+
+ private:
+  SparseFormat format_;
+};
+
+// x . d for sparse x (rows x cols) and dense d (cols x n): inputs data, indices, indptr, shape, d.
+class SparseDot final : public SparseFormatOp {
+ public:
+  using SparseFormatOp::SparseFormatOp;
   std::string name() const override;
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
@@ -23,43 +32,30 @@ class SparseDot final : public Op {
   std::vector<int> needs_input_values() const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
   bool checks_values_before_writing() const override { return true; }
-
- private:
-  SparseFormat format_;
 };
 
 // The stored entries' values of a . b^T (a: rows x k, b: cols x k) at a pattern: inputs a, b,
 // indices, indptr. The structured gradient of a sparse product.
-class SamplingDot final : public Op {
+class SamplingDot final : public SparseFormatOp {
  public:
-  explicit SamplingDot(SparseFormat format) : format_(format) {}
-  SparseFormat format() const { return format_; }
-  void params(OpParams& out) const override { out << format_; }
+  using SparseFormatOp::SparseFormatOp;
   std::string name() const override;
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
   bool checks_values_before_writing() const override { return true; }
-
- private:
-  SparseFormat format_;
 };
 
 // g's values at a pattern's stored entries, g broadcast (NumPy) to the matrix's shape: inputs g,
 // indices, indptr, shape. The structured gradient of dense() and of the sums.
-class SparseGather final : public Op {
+class SparseGather final : public SparseFormatOp {
  public:
-  explicit SparseGather(SparseFormat format) : format_(format) {}
-  SparseFormat format() const { return format_; }
-  void params(OpParams& out) const override { out << format_; }
+  using SparseFormatOp::SparseFormatOp;
   std::string name() const override;
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
   bool checks_values_before_writing() const override { return true; }
-
- private:
-  SparseFormat format_;
 };
 
 // Sums of a sparse matrix over its rows or columns, or the dense matrix itself: inputs data,
@@ -188,11 +184,9 @@ class SparseConvert final : public Op {
 // indices, indptr, shape, then the pattern's indices, indptr, shape; output one value per entry
 // of the pattern (the sum of the first's entries at that place, 0 where it has none). Sorted
 // segments are merged; unsorted ones searched.
-class SparseSample final : public Op {
+class SparseSample final : public SparseFormatOp {
  public:
-  explicit SparseSample(SparseFormat format) : format_(format) {}
-  SparseFormat format() const { return format_; }
-  void params(OpParams& out) const override { out << format_; }
+  using SparseFormatOp::SparseFormatOp;
   std::string name() const override { return with_format_name(); }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
@@ -200,8 +194,7 @@ class SparseSample final : public Op {
   bool checks_values_before_writing() const override { return true; }
 
  private:
-  std::string with_format_name() const { return std::string("sparse_sample{") + sparse_format_name(format_) + "}"; }
-  SparseFormat format_;
+  std::string with_format_name() const { return std::string("sparse_sample{") + sparse_format_name(format()) + "}"; }
 };
 
 SparseFormat transposed(SparseFormat format);
