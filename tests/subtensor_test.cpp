@@ -112,3 +112,53 @@ TEST(Subtensor, OneHotRefusesBadIndicesClearly) {
 TEST(Subtensor, EagerOneHot) {
   expect_values(one_hot(Tensor::from(std::vector<int64_t>{1, 0}), 2), {0, 1, 1, 0}, 0);
 }
+
+TEST(Subtensor, SlicesWithSymbolicBoundsFollowNumPy) {
+  Var x = vector("x", f64), start = scalar("start", i64), stop = scalar("stop", i64), step = scalar("step", i64);
+  Function f = function({x, start, stop, step}, {slice(x, 0, start, stop, step), slice(x, 0, start, std::nullopt), slice(x, 0, std::nullopt, std::nullopt, step)});
+  std::vector<double> ten;
+  for (int i = 0; i < 10; ++i) ten.push_back(i);
+  const Tensor xv = Tensor::from(ten);
+  auto s = [](int64_t v) { return Tensor::scalar(v); };
+  std::vector<Tensor> out = f(xv, s(2), s(5), s(1));
+  expect_values(out[0], {2, 3, 4});
+  expect_values(out[1], {2, 3, 4, 5, 6, 7, 8, 9});
+  expect_values(out[2], ten);
+  out = f(xv, s(-3), s(100), s(-2));
+  EXPECT_EQ(out[0].numel(), 0) << "from 7 down to 100 is empty";
+  expect_values(out[1], {7, 8, 9});
+  expect_values(out[2], {9, 7, 5, 3, 1});
+  out = f(xv, s(8), s(-100), s(-3));
+  expect_values(out[0], {8, 5, 2});  // clamped below: down to the first element
+  expect_error<ShapeError>([&] { f(xv, s(0), s(1), s(0)); }, {"dynamic_slice", "step is zero"});
+  expect_error<TypeError>([&] { slice(x, 0, scalar("f", f32), 3); }, {"slice", "start must be a 0-d integer", "f32[]"});
+}
+
+TEST(Subtensor, AMinibatchOfSharedDataWithGivens) {
+  // As Theano's tutorial writes it: the batch index is the input, the data stay in a shared variable.
+  std::vector<double> rows;
+  for (int i = 0; i < 30; ++i) rows.push_back(i);
+  Shared data = shared(Tensor::from(rows, {10, 3}), "data");
+  Var i = scalar("i", i64), x = matrix("x", f64);
+  const int64_t batch = 4;
+  Function batch_sum = function({i}, {sum(x, 1)}, {.givens = {{x, slice(data, 0, i * batch, (i + 1) * batch)}}});
+  expect_values(batch_sum(Tensor::scalar(int64_t{0}))[0], {3, 12, 21, 30});
+  expect_values(batch_sum(Tensor::scalar(int64_t{2}))[0], {75, 84});  // the last batch holds 2 rows
+  // Its gradient reaches only the batch's rows; set_subtensor and inc_subtensor take the slice too.
+  Var y = matrix("y", f64), j = scalar("j", i64);
+  Var part = slice(y, 0, j, j + 2);
+  const std::vector<Tensor> g = function({y, j}, {grad(sum(sqr(part)), y), set_subtensor(part, 0.0), inc_subtensor(part, 1.0)})(
+      Tensor::from(rows, {10, 3}), Tensor::scalar(int64_t{3}));
+  const std::vector<double> gv = g[0].to_vector<double>(), sv = g[1].to_vector<double>(), iv = g[2].to_vector<double>();
+  for (int r = 0; r < 10; ++r)
+    for (int c = 0; c < 3; ++c) {
+      const double v = rows[r * 3 + c];
+      const bool inside = r == 3 || r == 4;
+      EXPECT_EQ(gv[r * 3 + c], inside ? 2 * v : 0) << r << "," << c;
+      EXPECT_EQ(sv[r * 3 + c], inside ? 0 : v);
+      EXPECT_EQ(iv[r * 3 + c], inside ? v + 1 : v);
+    }
+  verify_grad([](std::vector<Var> v) { return sqr(slice(v[0], 1, Var(int64_t{1}), Var(int64_t{-1}))); }, {random_tensor({3, 4})});
+  verify_grad([](std::vector<Var> v) { return set_subtensor(slice(v[0], 0, Var(int64_t{1}), 3), v[1] * 2.0); },
+              {random_tensor({4, 2}), random_tensor({2, 2})});
+}

@@ -168,8 +168,23 @@ Var zeros_like(const Var& x, Loc loc = Loc::current());
 Var ones_like(const Var& x, Loc loc = Loc::current());
 
 // Indexing.
-Var slice(const Var& x, int64_t axis, std::optional<int64_t> start = std::nullopt,
-          std::optional<int64_t> stop = std::nullopt, int64_t step = 1, Loc loc = Loc::current());
+// A slice bound: a number, std::nullopt (NumPy's default for that end), or a 0-d integer Var
+// whose value is known when the function runs.
+struct SliceBound {
+  SliceBound(std::nullopt_t) {}  // NOLINT
+  template <std::integral I>
+    requires(!std::same_as<I, bool>)
+  SliceBound(I value) : number(static_cast<int64_t>(value)) {}  // NOLINT
+  SliceBound(std::optional<int64_t> value) : number(value) {}  // NOLINT
+  SliceBound(const Var& value) : symbolic(value) {}  // NOLINT
+  std::optional<int64_t> number;
+  Var symbolic;
+};
+// x[start:stop:step] along one axis, NumPy's rules (negative bounds count from the end, bounds
+// clamped); with a symbolic bound (X[i * bs:(i + 1) * bs]), the slice's size is found when the
+// function runs. A view; its gradient flows back to x.
+Var slice(const Var& x, int64_t axis, SliceBound start = std::nullopt, SliceBound stop = std::nullopt, SliceBound step = 1,
+          Loc loc = Loc::current());
 Var take(const Var& x, const Var& indices, int64_t axis = 0, Loc loc = Loc::current());
 // sub must come from indexing (x[i], slice, take): a copy of x with that part set / incremented.
 Var set_subtensor(const Var& sub, const Var& value, Loc loc = Loc::current());

@@ -197,6 +197,136 @@ std::vector<Var> IncSubtensor::L_op(const Node& node, const std::vector<Var>& go
   return {is_float(node.inputs[0].dtype()) ? gx : Var(), is_float(y.dtype()) ? gy : Var()};
 }
 
+// ---- DynamicSlice, DynamicSliceUpdate
+
+namespace {
+
+int64_t bound_of(const Tensor& bound) { return bound.dtype() == DType::i32 ? bound.item<int32_t>() : bound.item<int64_t>(); }
+
+void check_bound_types(const std::string& op, const std::vector<Type>& in, size_t first) {
+  for (size_t i = first; i < in.size(); ++i)
+    if (in[i].ndim() != 0 || (in[i].dtype != DType::i64 && in[i].dtype != DType::i32))
+      throw TypeError(op + ": a slice bound must be a 0-d integer (i32 or i64), got " + in[i].str());
+}
+
+std::vector<const Tensor*> bound_values(const std::vector<const Tensor*>& values, size_t first, const std::string& op) {
+  std::vector<const Tensor*> bounds(values.begin() + static_cast<std::ptrdiff_t>(first), values.end());
+  for (const Tensor* b : bounds)
+    if (!b) throw ShapeError(op + ": the slice's size is known only from its bounds' values");
+  return bounds;
+}
+
+// The entries of a DynamicSlice: full slices before its axis, then its own.
+std::vector<IndexEntry> entries_at(const DynamicSlice& slice, std::span<const Tensor* const> bounds) {
+  std::vector<IndexEntry> entries(static_cast<size_t>(slice.axis()) + 1);
+  entries.back() = slice.entry(bounds);
+  return entries;
+}
+
+std::vector<bool> sliced_broadcastable(const Type& x, int64_t axis) {
+  std::vector<bool> bc = x.broadcastable;
+  bc[static_cast<size_t>(axis)] = false;
+  return bc;
+}
+
+}  // namespace
+
+IndexEntry DynamicSlice::entry(std::span<const Tensor* const> bounds) const {
+  IndexEntry e;
+  size_t next = 0;
+  if (has_start_) e.start = bound_of(*bounds[next++]);
+  if (has_stop_) e.stop = bound_of(*bounds[next++]);
+  if (has_step_) e.step = bound_of(*bounds[next++]);
+  if (e.step == 0) throw ShapeError(name() + ": the slice step is zero; it must be a nonzero integer");
+  return e;
+}
+
+std::string DynamicSlice::name() const {
+  std::string bounds = std::string(has_start_ ? "start" : "") + ":" + (has_stop_ ? "stop" : "") + (has_step_ ? ":step" : "");
+  return "dynamic_slice{axis=" + std::to_string(axis_) + "," + bounds + "}";
+}
+
+std::vector<Type> DynamicSlice::infer_types(const std::vector<Type>& in) const {
+  if (static_cast<int>(in.size()) != 1 + n_bounds()) throw TypeError(name() + ": takes x and " + std::to_string(n_bounds()) + " bounds");
+  if (axis_ >= in[0].ndim()) throw TypeError(name() + ": axis out of range for " + in[0].str());
+  check_bound_types(name(), in, 1);
+  return {Type{in[0].dtype, sliced_broadcastable(in[0], axis_)}};
+}
+
+std::vector<int> DynamicSlice::needs_input_values() const {
+  std::vector<int> inputs;
+  for (int i = 1; i <= n_bounds(); ++i) inputs.push_back(i);
+  return inputs;
+}
+
+std::vector<Shape> DynamicSlice::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>& values) const {
+  const std::vector<const Tensor*> bounds = bound_values(values, 1, name());
+  return {region_shape(in[0], entries_at(*this, bounds), name())};
+}
+
+std::vector<Var> DynamicSlice::L_op(const Node& node, const std::vector<Var>& gouts) const {
+  std::vector<Var> grads(node.inputs.size());
+  const Var& x = node.inputs[0];
+  if (!is_float(x.dtype())) return grads;
+  std::vector<Var> inputs{zeros_like(x, node.loc), gouts[0]};
+  inputs.insert(inputs.end(), node.inputs.begin() + 1, node.inputs.end());
+  grads[0] = apply1(std::make_shared<DynamicSliceUpdate>(std::static_pointer_cast<const DynamicSlice>(node.op), false), inputs,
+                    node.loc);
+  return grads;
+}
+
+std::string DynamicSliceUpdate::name() const {
+  return std::string(set_ ? "set" : "inc") + "_" + slice_->name();
+}
+
+std::vector<Type> DynamicSliceUpdate::infer_types(const std::vector<Type>& in) const {
+  if (static_cast<int>(in.size()) != 2 + slice_->n_bounds())
+    throw TypeError(name() + ": takes x, a value and " + std::to_string(slice_->n_bounds()) + " bounds");
+  check_bound_types(name(), in, 2);
+  if (in[1].ndim() > in[0].ndim())
+    throw TypeError(name() + ": value " + in[1].str() + " has more dimensions than the region (" + std::to_string(in[0].ndim()) + ")");
+  if (in[1].dtype != in[0].dtype) throw TypeError(name() + ": value " + in[1].str() + " must have the dtype of " + in[0].str());
+  return {in[0]};
+}
+
+std::vector<int> DynamicSliceUpdate::needs_input_values() const {
+  std::vector<int> inputs;
+  for (int i = 2; i < 2 + slice_->n_bounds(); ++i) inputs.push_back(i);
+  return inputs;
+}
+
+std::vector<Shape> DynamicSliceUpdate::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>& values) const {
+  const std::vector<const Tensor*> bounds = bound_values(values, 2, name());
+  check_broadcast(in[1], region_shape(in[0], entries_at(*slice_, bounds), name()), name());
+  return {in[0]};
+}
+
+std::vector<Var> DynamicSliceUpdate::L_op(const Node& node, const std::vector<Var>& gouts) const {
+  const Loc loc = node.loc;
+  const Var& g = gouts[0];
+  const std::vector<Var> bounds(node.inputs.begin() + 2, node.inputs.end());
+  std::vector<Var> slice_inputs{g};
+  slice_inputs.insert(slice_inputs.end(), bounds.begin(), bounds.end());
+  const Var region = apply1(slice_, slice_inputs, loc);
+  Var gx = g;
+  if (set_) {
+    std::vector<Var> cleared{g, constant(Tensor::zeros({}, g.dtype()))};
+    cleared.insert(cleared.end(), bounds.begin(), bounds.end());
+    gx = apply1(std::make_shared<DynamicSliceUpdate>(slice_, true), cleared, loc);
+  }
+  const Var& y = node.inputs[1];
+  Var gy = sum_to_shape_of(region, pad_left(y, region.ndim(), loc), loc);
+  if (y.ndim() < region.ndim()) {
+    std::vector<int64_t> lead;
+    for (int64_t d = 0; d < region.ndim() - y.ndim(); ++d) lead.push_back(d);
+    gy = sum(gy, lead, false, loc);
+  }
+  std::vector<Var> grads(node.inputs.size());
+  grads[0] = is_float(node.inputs[0].dtype()) ? gx : Var();
+  grads[1] = is_float(y.dtype()) ? gy : Var();
+  return grads;
+}
+
 std::vector<Type> Take::infer_types(const std::vector<Type>& in) const {
   const Type& x = in[0];
   const Type& idx = in[1];
@@ -439,6 +569,41 @@ class LastOccurrenceKernel final : public KernelOf<LastOccurrence> {
 
 }  // namespace
 
+namespace {
+
+std::vector<const Tensor*> bounds_of(InputValues in, size_t first) {
+  std::vector<const Tensor*> bounds;
+  for (size_t i = first; i < in.size(); ++i) bounds.push_back(&in[i]);
+  return bounds;
+}
+
+class DynamicSliceKernel final : public KernelOf<DynamicSlice> {
+ public:
+  using KernelOf::KernelOf;
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
+    Dims shape, strides;
+    const int64_t offset = region_geometry(in[0], entries_at(op(), bounds_of(in, 1)), op().name(), shape, strides);
+    set_view(out[0], in[0], shape, strides, offset);
+  }
+};
+
+class DynamicSliceUpdateKernel final : public KernelOf<DynamicSliceUpdate> {
+ public:
+  using KernelOf::KernelOf;
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
+    const std::vector<IndexEntry> entries = entries_at(op().slice(), bounds_of(in, 2));
+    copy_broadcast(out[0], in[0]);
+    Dims shape, strides;
+    const int64_t offset = region_geometry(out[0], entries, op().name(), shape, strides);
+    Tensor region = out[0].view(Shape(shape.begin(), shape.end()), Shape(strides.begin(), strides.end()), offset);
+    const Tensor value = broadcast_to(in[1], region.shape(), op().name());
+    if (op().set()) copy_broadcast(region, value);
+    else add_into(region, value);
+  }
+};
+
+}  // namespace
+
 void add_subtensor_kernels(KernelTable& table) {
   table.add<Subtensor, SubtensorKernel>();
   table.add<IncSubtensor, IncSubtensorKernel>();
@@ -446,17 +611,36 @@ void add_subtensor_kernels(KernelTable& table) {
   table.add<OneHotEncode, OneHotEncodeKernel>();
   table.add<TakeInc, TakeIncKernel>();
   table.add<LastOccurrence, LastOccurrenceKernel>();
+  table.add<DynamicSlice, DynamicSliceKernel>();
+  table.add<DynamicSliceUpdate, DynamicSliceUpdateKernel>();
 }
 
-Var slice(const Var& x, int64_t axis, std::optional<int64_t> start, std::optional<int64_t> stop, int64_t step, Loc loc) {
+Var slice(const Var& x, int64_t axis, SliceBound start, SliceBound stop, SliceBound step, Loc loc) {
   const int64_t nd = x.ndim();
   const int64_t a = axis < 0 ? axis + nd : axis;
   if (a < 0 || a >= nd)
     throw TypeError("slice: axis " + std::to_string(axis) + " is out of range for " + x.type().str() + " (at " + loc_str(loc) + ")");
-  if (step == 0) throw TypeError("slice: step cannot be zero (at " + loc_str(loc) + ")");
-  std::vector<IndexEntry> entries(a + 1);
-  entries[a] = IndexEntry{false, 0, start, stop, step};
-  return apply1(std::make_shared<Subtensor>(entries), {x}, loc);
+  if (step.number == 0) throw TypeError("slice: step cannot be zero (at " + loc_str(loc) + ")");
+  if (!start.symbolic.defined() && !stop.symbolic.defined() && !step.symbolic.defined()) {
+    std::vector<IndexEntry> entries(a + 1);
+    entries[a] = IndexEntry{false, 0, start.number, stop.number, step.number.value_or(1)};
+    return apply1(std::make_shared<Subtensor>(entries), {x}, loc);
+  }
+  // Some bound is known only when the function runs: every given bound becomes an input.
+  std::vector<Var> inputs{x};
+  auto add_bound = [&](const SliceBound& b, const char* which) {
+    if (b.symbolic.defined()) {
+      if (b.symbolic.ndim() != 0 || (b.symbolic.dtype() != DType::i64 && b.symbolic.dtype() != DType::i32))
+        throw TypeError(std::string("slice: the ") + which + " must be a 0-d integer, got " + b.symbolic.type().str() + " (at " +
+                        loc_str(loc) + ")");
+      inputs.push_back(b.symbolic);
+    } else if (b.number) {
+      inputs.push_back(constant(Tensor::scalar(*b.number)));
+    }
+    return b.symbolic.defined() || b.number.has_value();
+  };
+  const bool has_start = add_bound(start, "start"), has_stop = add_bound(stop, "stop"), has_step = add_bound(step, "step");
+  return apply1(std::make_shared<DynamicSlice>(a, has_start, has_stop, has_step), inputs, loc);
 }
 
 Var take(const Var& x, const Var& indices, int64_t axis, Loc loc) {
@@ -484,6 +668,11 @@ Var update_subtensor(const Var& sub, const Var& value, bool set, const Loc& loc)
       return apply1(std::make_shared<IncSubtensor>(st->entries(), set), {n->inputs[0], v}, loc);
     if (auto tk = dynamic_cast<const Take*>(n->op.get()))
       return apply1(std::make_shared<TakeInc>(tk->axis(), set), {n->inputs[0], v, n->inputs[1]}, loc);
+    if (dynamic_cast<const DynamicSlice*>(n->op.get())) {
+      std::vector<Var> inputs{n->inputs[0], v};
+      inputs.insert(inputs.end(), n->inputs.begin() + 1, n->inputs.end());
+      return apply1(std::make_shared<DynamicSliceUpdate>(std::static_pointer_cast<const DynamicSlice>(n->op), set), inputs, loc);
+    }
   }
   throw TypeError(std::string(what) + ": the first argument must be an indexing result (x[i], slice, take), got " +
                   (sub.defined() ? sub.type().str() : std::string("an empty Var")) + " (at " + loc_str(loc) + ")");

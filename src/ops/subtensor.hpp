@@ -1,5 +1,7 @@
 #pragma once
+#include <memory>
 #include <optional>
+#include <span>
 
 #include "graph/executable.hpp"
 #include "graph/op.hpp"
@@ -51,6 +53,50 @@ class IncSubtensor final : public Op {
 
  private:
   std::vector<IndexEntry> entries_;
+  bool set_;
+};
+
+// x[start:stop:step] along one axis with bounds known only when it runs: inputs x, then, in this
+// order, the bounds the op has (0-d integers); a missing one is NumPy's default. Always a view;
+// its shape depends on the bounds' values.
+class DynamicSlice final : public Op {
+ public:
+  DynamicSlice(int64_t axis, bool has_start, bool has_stop, bool has_step)
+      : axis_(axis), has_start_(has_start), has_stop_(has_stop), has_step_(has_step) {}
+  int64_t axis() const { return axis_; }
+  // The slice's entry on its axis for the bounds' values (inputs[first_bound] onwards).
+  IndexEntry entry(std::span<const Tensor* const> bounds) const;
+  int n_bounds() const { return int{has_start_} + int{has_stop_} + int{has_step_}; }
+  void params(OpParams& out) const override { out << axis_ << has_start_ << has_stop_ << has_step_; }
+  std::string name() const override;
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
+  std::vector<int> needs_input_values() const override;
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+  std::vector<std::pair<int, int>> view_map() const override { return {{0, 0}}; }
+
+ private:
+  int64_t axis_;
+  bool has_start_, has_stop_, has_step_;
+};
+
+// A copy of x whose slice (as DynamicSlice's) is set to, or incremented by, y broadcast: inputs
+// x, y, then the bounds.
+class DynamicSliceUpdate final : public Op {
+ public:
+  DynamicSliceUpdate(std::shared_ptr<const DynamicSlice> slice, bool set) : slice_(std::move(slice)), set_(set) {}
+  const DynamicSlice& slice() const { return *slice_; }
+  bool set() const { return set_; }
+  void params(OpParams& out) const override { slice_->params(out), out << set_; }
+  std::string name() const override;
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
+  std::vector<int> needs_input_values() const override;
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+  std::vector<std::pair<int, int>> inplace_options() const override { return {{0, 0}}; }
+
+ private:
+  std::shared_ptr<const DynamicSlice> slice_;
   bool set_;
 };
 
