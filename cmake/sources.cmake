@@ -24,6 +24,7 @@ set(KILN_SOURCES
   src/ops/subtensor.cpp
   src/ops/join.cpp
   src/ops/sparse.cpp
+  src/ops/random.cpp
   src/ops/nnet.cpp
   src/ops/composite.cpp
   src/ops/composite_jit.cpp

@@ -108,3 +108,45 @@ TEST(SteadyCall, AScopedEagerLoopAllocatesNothingAfterItsFirstPass) {
     EXPECT_EQ(checked, with_products ? 46 : 23);
   }
 }
+
+TEST(SteadyCall, ADropoutTrainingStepAllocatesNothing) {
+  // The mask's shape follows its input's, found while planning: the draw is planned like any value.
+  RandomStreams rng(4);
+  Shared w = shared(Tensor::full({20, 10}, 0.1), "w");
+  Var x = matrix("x");
+  Var h = tanh(dot(x, w));
+  Var cost = mean(sqr(h * rng.binomial(shape_of(h), int64_t{1}, 0.5, f32)));
+  Function step = function({x}, {Out(cost, {.borrow = true})}, {.updates = sgd(cost, {w}, 0.1), .keep_buffers = true});
+  const int threads_before = num_threads();
+  set_num_threads(1);
+  const std::vector<Tensor> args{Tensor::ones({8, 20})};
+  std::vector<Tensor> out;
+  for (int i = 0; i < 3; ++i) step.call(args, out);
+  const int64_t before = operator_new_calls.load();
+  for (int i = 0; i < 20; ++i) step.call(args, out);
+  EXPECT_EQ(operator_new_calls.load() - before, 0);
+  set_num_threads(threads_before);
+}
+
+TEST(SteadyCall, ASparseProductAllocatesNothing) {
+  // A CSR product's size follows from its parts' shapes: planned, with no per-call allocation.
+  const SparseTensor x_value = sparse_from_dense(Tensor::from(std::vector<float>{1, 0, 2, 0, 0, 3, 4, 5, 0}, {3, 3}), SparseFormat::csr);
+  SparseVar x = csr_matrix("x");
+  Var w = matrix("w");
+  Function f = function({x, w}, {Out(sum(dot(x, w) * 2.0, 1), {.borrow = true})}, {.keep_buffers = true});
+  std::vector<Tensor> args = sparse_parts(x_value), out;
+  args.push_back(Tensor::ones({3, 4}));
+  for (int i = 0; i < 3; ++i) f.call(args, out);
+  const int64_t before = operator_new_calls.load();
+  for (int i = 0; i < 20; ++i) f.call(args, out);
+  EXPECT_EQ(operator_new_calls.load() - before, 0);
+}
+
+TEST(SteadyCall, AVectorOutputAllocatesNothing) {
+  // A borrowed output of one or more dimensions is handed over in a recycled handle: its shape and
+  // strides were copied into fresh vectors on every call before.
+  Var w = matrix("w");
+  Function f = function({w}, {Out(sum(w * 2.0, 1), {.borrow = true})}, {.keep_buffers = true});
+  const std::vector<Tensor> args{Tensor::ones({3, 4})};
+  EXPECT_EQ(allocations_per_steady_call(f, args), 0);
+}

@@ -9,6 +9,7 @@
 #include "kiln/io.hpp"
 #include "kiln/ops.hpp"
 #include "kiln/optimizers.hpp"
+#include "kiln/random.hpp"
 #include "kiln/scan.hpp"
 #include "kiln/scope.hpp"
 #include "kiln/sparse.hpp"

@@ -431,10 +431,31 @@ void check_rewrites(const FunctionImpl& f, const std::vector<Tensor>& call_slots
 
 }  // namespace
 
+// The updates stateful ops ask for (Op::state_update, a random draw's stream): a shared variable
+// that no update of the caller's names takes the value the op gives it after each call.
+void add_state_updates(const std::vector<Out>& outputs, Updates& updates) {
+  std::vector<Var> roots;
+  for (const Out& out : outputs) roots.push_back(out.variable);
+  for (const auto& u : updates) roots.push_back(u.second);
+  std::unordered_set<const Variable*> by_caller, by_ops;
+  for (const auto& u : updates) by_caller.insert(u.first.get());
+  for (Node* n : topological_order(roots)) {
+    const auto state_update = n->op->state_update();
+    if (!state_update) continue;
+    const Var& state = n->inputs[static_cast<size_t>(state_update->first)];
+    if (!state.get()->is_shared() || by_caller.count(state.get())) continue;
+    if (!by_ops.insert(state.get()).second)
+      throw TypeError("function: two " + n->op->name() + " nodes read the state '" + state.get()->label() +
+                      "'; each would draw the same numbers (draw each from the RandomStreams, or update the state yourself)");
+    updates.push_back({Shared(state.ptr()), n->output(static_cast<size_t>(state_update->second))});
+  }
+}
+
 Function function(std::vector<In> given_inputs, std::vector<Out> outputs, FunctionOptions options) {
   const InternalTensors internal;
   auto [inputs, sparse_parts] = with_sparse_parts(std::move(given_inputs));
   validate(inputs, outputs, options.updates);
+  add_state_updates(outputs, options.updates);
   auto f = std::make_shared<FunctionImpl>();
   f->inputs = std::move(inputs);
   f->outputs = std::move(outputs);

@@ -7,6 +7,7 @@
 #include "ops/ifelse.hpp"
 #include "ops/join.hpp"
 #include "ops/nnet.hpp"
+#include "ops/random.hpp"
 #include "ops/reduce.hpp"
 #include "ops/scan.hpp"
 #include "ops/shape.hpp"
@@ -32,6 +33,7 @@ CpuBackend::CpuBackend() {
   add_scan_kernels(kernels_);
   add_cumulative_kernels(kernels_);
   add_sort_kernels(kernels_);
+  add_random_kernels(kernels_);
 }
 
 std::shared_ptr<Storage> CpuBackend::allocate(size_t bytes) const { return Storage::allocate(bytes); }

@@ -105,6 +105,10 @@ class Op {
   // that may fail, it may still write a shared variable in place (a failure leaves it untouched).
   virtual bool checks_values_before_writing() const { return false; }
 
+  // A stateful op (a random draw): {input, output}, where the input is a shared variable that a
+  // function updates to that output after every call, unless the function's own updates name it.
+  virtual std::optional<std::pair<int, int>> state_update() const { return std::nullopt; }
+
   // The graph the op runs inside it (a scan's body), for printing; null for most ops.
   virtual const InnerGraph* inner_graph() const { return nullptr; }
 

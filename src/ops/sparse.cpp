@@ -47,32 +47,32 @@ struct Pattern {
   int64_t col(SparseFormat f, int64_t major, int64_t k) const { return f == SparseFormat::csr ? indices[k] : major; }
 };
 
-Pattern checked_pattern(const std::string& op, const Tensor& indices, const Tensor& indptr, int64_t n_minor) {
+Pattern checked_pattern(const Op& op, const Tensor& indices, const Tensor& indptr, int64_t n_minor) {
   if (!indices.is_contiguous() || !indptr.is_contiguous())
-    throw ShapeError(op + ": indices and indptr must be contiguous vectors; pass contiguous copies");
+    throw ShapeError(op.name() + ": indices and indptr must be contiguous vectors; pass contiguous copies");
   Pattern p{indices.data<int64_t>(), indptr.data<int64_t>(), indptr.numel() - 1, n_minor, indices.numel()};
-  if (p.n_major < 0) throw ShapeError(op + ": indptr is empty; it needs one entry per row (column) and one more");
-  if (p.indptr[0] != 0) throw ShapeError(op + ": indptr[0] must be 0, got " + std::to_string(p.indptr[0]));
+  if (p.n_major < 0) throw ShapeError(op.name() + ": indptr is empty; it needs one entry per row (column) and one more");
+  if (p.indptr[0] != 0) throw ShapeError(op.name() + ": indptr[0] must be 0, got " + std::to_string(p.indptr[0]));
   for (int64_t m = 0; m < p.n_major; ++m)
     if (p.indptr[m + 1] < p.indptr[m])
-      throw ShapeError(op + ": indptr must not decrease, but indptr[" + std::to_string(m + 1) + "] = " +
+      throw ShapeError(op.name() + ": indptr must not decrease, but indptr[" + std::to_string(m + 1) + "] = " +
                        std::to_string(p.indptr[m + 1]) + " < indptr[" + std::to_string(m) + "] = " + std::to_string(p.indptr[m]));
   if (p.indptr[p.n_major] != p.nnz)
-    throw ShapeError(op + ": indptr ends at " + std::to_string(p.indptr[p.n_major]) + " but there are " +
+    throw ShapeError(op.name() + ": indptr ends at " + std::to_string(p.indptr[p.n_major]) + " but there are " +
                      std::to_string(p.nnz) + " indices");
   for (int64_t k = 0; k < p.nnz; ++k)
     if (p.indices[k] < 0 || p.indices[k] >= n_minor)
-      throw ShapeError(op + ": indices[" + std::to_string(k) + "] = " + std::to_string(p.indices[k]) + " is out of range [0, " +
+      throw ShapeError(op.name() + ": indices[" + std::to_string(k) + "] = " + std::to_string(p.indices[k]) + " is out of range [0, " +
                        std::to_string(n_minor) + ")");
   return p;
 }
 
 // rows, cols from a shape vector, checked against the parts.
-std::pair<int64_t, int64_t> shape_value(const std::string& op, const Tensor& shape) {
-  if (shape.numel() != 2) throw ShapeError(op + ": the shape vector must have 2 entries, got " + shape_str(shape.shape()));
+std::pair<int64_t, int64_t> shape_value(const Op& op, const Tensor& shape) {
+  if (shape.numel() != 2) throw ShapeError(op.name() + ": the shape vector must have 2 entries, got " + shape_str(shape.shape()));
   const int64_t* s = shape.data<int64_t>();
   const int64_t rows = s[0], cols = s[shape.strides()[0]];
-  if (rows < 0 || cols < 0) throw ShapeError(op + ": a sparse matrix's shape must not be negative, got (" + std::to_string(rows) + ", " + std::to_string(cols) + ")");
+  if (rows < 0 || cols < 0) throw ShapeError(op.name() + ": a sparse matrix's shape must not be negative, got (" + std::to_string(rows) + ", " + std::to_string(cols) + ")");
   return {rows, cols};
 }
 
@@ -118,7 +118,7 @@ std::vector<Shape> SparseDot::infer_shapes(const std::vector<Shape>& in, const s
     throw ShapeError(name() + ": data " + shape_str(in[0]) + " and indices " + shape_str(in[1]) + " must have one entry per stored value");
   if (format() == SparseFormat::csr) return {{in[2][0] - 1, in[4][1]}};
   if (!values[3]) throw ShapeError(name() + ": the number of rows of a CSC matrix is known only from its shape's value");
-  return {{shape_value(name(), *values[3]).first, in[4][1]}};
+  return {{shape_value(*this, *values[3]).first, in[4][1]}};
 }
 
 std::vector<Var> SparseDot::L_op(const Node& node, const std::vector<Var>& g) const {
@@ -202,7 +202,7 @@ std::vector<Shape> SparseReduce::infer_shapes(const std::vector<Shape>& in, cons
   if (in[0] != in[1])
     throw ShapeError(name() + ": data " + shape_str(in[0]) + " and indices " + shape_str(in[1]) + " must have one entry per stored value");
   if (!values[3]) throw ShapeError(name() + ": the result's shape is known only from the sparse matrix's shape value");
-  const auto [rows, cols] = shape_value(name(), *values[3]);
+  const auto [rows, cols] = shape_value(*this, *values[3]);
   if (axis_ < 0) return {{rows, cols}};
   return {{axis_ == 0 ? cols : rows}};
 }
@@ -235,24 +235,24 @@ struct SliceExtent {
 
 int64_t bound_value(const Tensor& bound) { return bound.dtype() == DType::i32 ? bound.item<int32_t>() : bound.item<int64_t>(); }
 
-SliceExtent slice_extent(const std::string& op, bool single, const Tensor& indptr, const Tensor& start, const Tensor& stop,
+SliceExtent slice_extent(const Op& op, bool single, const Tensor& indptr, const Tensor& start, const Tensor& stop,
                          int64_t n_entries) {
-  if (!indptr.is_contiguous()) throw ShapeError(op + ": indptr must be a contiguous vector");
+  if (!indptr.is_contiguous()) throw ShapeError(op.name() + ": indptr must be a contiguous vector");
   const int64_t n = indptr.numel() - 1;
-  if (n < 0) throw ShapeError(op + ": indptr is empty; it needs one entry per row (column) and one more");
+  if (n < 0) throw ShapeError(op.name() + ": indptr is empty; it needs one entry per row (column) and one more");
   const int64_t index = bound_value(start);
   if (single && (index < -n || index >= n))
-    throw ShapeError(op + ": index " + std::to_string(index) + " is out of range for " + std::to_string(n) +
+    throw ShapeError(op.name() + ": index " + std::to_string(index) + " is out of range for " + std::to_string(n) +
                      " rows (columns of a CSC matrix)");
   const auto [first, last] = single ? std::pair<int64_t, int64_t>{index < 0 ? index + n : index, (index < 0 ? index + n : index) + 1}
                                     : clamped_bounds(index, bound_value(stop), n);
   const int64_t* ptr = indptr.data<int64_t>();
   for (int64_t m = first; m < last; ++m)
     if (ptr[m + 1] < ptr[m])
-      throw ShapeError(op + ": indptr must not decrease, but indptr[" + std::to_string(m + 1) + "] = " + std::to_string(ptr[m + 1]) +
+      throw ShapeError(op.name() + ": indptr must not decrease, but indptr[" + std::to_string(m + 1) + "] = " + std::to_string(ptr[m + 1]) +
                        " < indptr[" + std::to_string(m) + "] = " + std::to_string(ptr[m]));
   if (ptr[first] < 0 || ptr[last] > n_entries)
-    throw ShapeError(op + ": indptr points at entries [" + std::to_string(ptr[first]) + ", " + std::to_string(ptr[last]) +
+    throw ShapeError(op.name() + ": indptr points at entries [" + std::to_string(ptr[first]) + ", " + std::to_string(ptr[last]) +
                      ") but there are " + std::to_string(n_entries));
   return {first, last, ptr[first], ptr[last]};
 }
@@ -274,7 +274,7 @@ std::vector<Shape> SparseMajorSlice::infer_shapes(const std::vector<Shape>& in, 
   if (!values[2] || !values[3] || !values[4]) throw ShapeError(name() + ": its sizes are known only from indptr's and the bounds' values");
   if (in[0] != in[1])
     throw ShapeError(name() + ": data " + shape_str(in[0]) + " and indices " + shape_str(in[1]) + " must have one entry per stored value");
-  const SliceExtent e = slice_extent(name(), single_, *values[2], *values[3], *values[4], in[0][0]);
+  const SliceExtent e = slice_extent(*this, single_, *values[2], *values[3], *values[4], in[0][0]);
   return {{e.entry_end - e.entry_begin}, {e.entry_end - e.entry_begin}, {e.last - e.first + 1}};
 }
 
@@ -378,7 +378,7 @@ std::vector<Type> SparseConvert::infer_types(const std::vector<Type>& in) const 
 
 std::vector<Shape> SparseConvert::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>& values) const {
   if (!values[2]) throw ShapeError(name() + ": the result's indptr length is known only from the shape's value");
-  const auto [rows, cols] = shape_value(name(), *values[2]);
+  const auto [rows, cols] = shape_value(*this, *values[2]);
   return {in[0], {(from_ == SparseFormat::csr ? cols : rows) + 1}, in[0]};
 }
 
@@ -413,11 +413,11 @@ namespace {
 
 // The dimensions of a sparse matrix whose parts a kernel reads: (rows, cols) from the shape
 // value, checked against the number of segments.
-std::pair<int64_t, int64_t> checked_dims(const std::string& op, SparseFormat format, const Tensor& indptr, const Tensor& shape) {
+std::pair<int64_t, int64_t> checked_dims(const Op& op, SparseFormat format, const Tensor& indptr, const Tensor& shape) {
   const auto [rows, cols] = shape_value(op, shape);
   const int64_t n_major = format == SparseFormat::csr ? rows : cols;
   if (indptr.numel() != n_major + 1)
-    throw ShapeError(op + ": a " + sparse_format_name(format) + " matrix of shape (" + std::to_string(rows) + ", " +
+    throw ShapeError(op.name() + ": a " + sparse_format_name(format) + " matrix of shape (" + std::to_string(rows) + ", " +
                      std::to_string(cols) + ") needs " + std::to_string(n_major + 1) + " indptr entries, got " +
                      std::to_string(indptr.numel()));
   return {rows, cols};
@@ -430,7 +430,7 @@ struct CheckedMatrix {
   Pattern p;
 };
 
-CheckedMatrix checked_matrix(const std::string& op, SparseFormat format, const Tensor& indices, const Tensor& indptr,
+CheckedMatrix checked_matrix(const Op& op, SparseFormat format, const Tensor& indices, const Tensor& indptr,
                              const Tensor& shape) {
   const auto [rows, cols] = checked_dims(op, format, indptr, shape);
   return {rows, cols, checked_pattern(op, indices, indptr, format == SparseFormat::csr ? cols : rows)};
@@ -522,12 +522,11 @@ class SparseDotKernel final : public KernelOf<SparseDot> {
  public:
   using KernelOf::KernelOf;
   void run(InputValues in, OutputValues out, std::span<std::byte> scratch) const override {
-    const std::string op_name = op().name();
     const SparseFormat format = op().format();
     const Tensor &data = in[0], &d = in[4];
-    const auto [rows, cols, p] = checked_matrix(op_name, format, in[1], in[2], in[3]);
+    const auto [rows, cols, p] = checked_matrix(op(), format, in[1], in[2], in[3]);
     if (d.shape()[0] != cols)
-      throw ShapeError(op_name + ": the sparse matrix is (" + std::to_string(rows) + ", " + std::to_string(cols) +
+      throw ShapeError(op().name() + ": the sparse matrix is (" + std::to_string(rows) + ", " + std::to_string(cols) +
                        ") but the dense operand is " + shape_str(d.shape()) + "; its rows must equal the sparse columns");
     Tensor& o = out[0];
     dispatch_float(data.dtype(), "sparse_dot", [&](auto zero) {
@@ -580,15 +579,14 @@ class SamplingDotKernel final : public KernelOf<SamplingDot> {
  public:
   using KernelOf::KernelOf;
   void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
-    const std::string op_name = op().name();
     const SparseFormat format = op().format();
     const Tensor &a = in[0], &b = in[1];
     const Tensor& major_side = format == SparseFormat::csr ? a : b;
     const Tensor& minor_side = format == SparseFormat::csr ? b : a;
     if (in[3].numel() != major_side.shape()[0] + 1)
-      throw ShapeError(op_name + ": the pattern has " + std::to_string(in[3].numel() - 1) + (format == SparseFormat::csr ? " rows" : " columns") +
+      throw ShapeError(op().name() + ": the pattern has " + std::to_string(in[3].numel() - 1) + (format == SparseFormat::csr ? " rows" : " columns") +
                        " but a is " + shape_str(a.shape()) + " and b is " + shape_str(b.shape()));
-    const Pattern p = checked_pattern(op_name, in[2], in[3], minor_side.shape()[0]);
+    const Pattern p = checked_pattern(op(), in[2], in[3], minor_side.shape()[0]);
     const int64_t kdim = a.shape()[1], ars = a.strides()[0], acs = a.strides()[1], brs = b.strides()[0], bcs = b.strides()[1];
     dispatch_float(a.dtype(), "sampling_dot", [&](auto zero) {
       using T = decltype(zero);
@@ -618,13 +616,12 @@ class SparseGatherKernel final : public KernelOf<SparseGather> {
  public:
   using KernelOf::KernelOf;
   void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
-    const std::string op_name = op().name();
     const SparseFormat format = op().format();
     const Tensor& g = in[0];
-    const auto [rows, cols, p] = checked_matrix(op_name, format, in[1], in[2], in[3]);
+    const auto [rows, cols, p] = checked_matrix(op(), format, in[1], in[2], in[3]);
     const bool rows_ok = g.shape()[0] == rows || g.shape()[0] == 1, cols_ok = g.shape()[1] == cols || g.shape()[1] == 1;
     if (!rows_ok || !cols_ok)
-      throw ShapeError(op_name + ": g " + shape_str(g.shape()) + " does not broadcast to the sparse matrix's shape (" +
+      throw ShapeError(op().name() + ": g " + shape_str(g.shape()) + " does not broadcast to the sparse matrix's shape (" +
                        std::to_string(rows) + ", " + std::to_string(cols) + ")");
     const int64_t grs = g.shape()[0] == 1 ? 0 : g.strides()[0], gcs = g.shape()[1] == 1 ? 0 : g.strides()[1];
     dispatch_float(g.dtype(), "sparse_gather", [&](auto zero) {
@@ -644,9 +641,8 @@ class SparseReduceKernel final : public KernelOf<SparseReduce> {
  public:
   using KernelOf::KernelOf;
   void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
-    const std::string op_name = op().name();
     const SparseFormat format = op().format();
-    const auto [rows, cols, p] = checked_matrix(op_name, format, in[1], in[2], in[3]);
+    const auto [rows, cols, p] = checked_matrix(op(), format, in[1], in[2], in[3]);
     const int64_t axis = op().axis();
     Tensor& o = out[0];
     dispatch_float(in[0].dtype(), "sparse_reduce", [&](auto zero) {
@@ -676,7 +672,7 @@ class SparseMajorSliceKernel final : public KernelOf<SparseMajorSlice> {
  public:
   using KernelOf::KernelOf;
   void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
-    const SliceExtent e = slice_extent(op().name(), op().single(), in[2], in[3], in[4], in[0].numel());
+    const SliceExtent e = slice_extent(op(), op().single(), in[2], in[3], in[4], in[0].numel());
     const int64_t count = e.entry_end - e.entry_begin;
     copy_broadcast(out[0], in[0].view({count}, in[0].strides(), in[0].offset() + e.entry_begin * in[0].strides()[0]));
     copy_broadcast(out[1], in[1].view({count}, in[1].strides(), in[1].offset() + e.entry_begin * in[1].strides()[0]));
@@ -691,7 +687,7 @@ class SparseMajorSliceGradKernel final : public KernelOf<SparseMajorSliceGrad> {
  public:
   using KernelOf::KernelOf;
   void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
-    const SliceExtent e = slice_extent(op().name(), op().single(), in[3], in[4], in[5], in[1].numel());
+    const SliceExtent e = slice_extent(op(), op().single(), in[3], in[4], in[5], in[1].numel());
     Tensor& o = out[0];
     dispatch_float(o.dtype(), "sparse_major_slice_grad", [&](auto zero) {
       using T = decltype(zero);
@@ -712,18 +708,17 @@ struct JoinOperands {
 
 // The join's inputs are in[first] .. in[first + 7].
 JoinOperands join_operands(const SparseJoin& join, InputValues in, size_t first) {
-  const std::string op_name = join.name();
   const SparseFormat format = join.format();
   auto part = [&](size_t i) -> const Tensor& { return in[first + i]; };
-  const CheckedMatrix a = checked_matrix(op_name, format, part(1), part(2), part(3));
-  const CheckedMatrix b = checked_matrix(op_name, format, part(5), part(6), part(7));
+  const CheckedMatrix a = checked_matrix(join, format, part(1), part(2), part(3));
+  const CheckedMatrix b = checked_matrix(join, format, part(5), part(6), part(7));
   const int64_t ar = a.rows, ac = a.cols, br = b.rows, bc = b.cols;
   const bool rows_agree = ar == br, cols_agree = ac == bc;
   const bool ok = join.how() == SparseJoin::How::add ? rows_agree && cols_agree
                   : join.how() == SparseJoin::How::stack_rows ? cols_agree
                                                               : rows_agree;
   if (!ok)
-    throw ShapeError(op_name + ": shapes (" + std::to_string(ar) + ", " + std::to_string(ac) + ") and (" + std::to_string(br) + ", " +
+    throw ShapeError(join.name() + ": shapes (" + std::to_string(ar) + ", " + std::to_string(ac) + ") and (" + std::to_string(br) + ", " +
                      std::to_string(bc) + ") " +
                      (join.how() == SparseJoin::How::add ? "differ; a sum needs equal shapes"
                       : join.how() == SparseJoin::How::stack_rows ? "have different numbers of columns; vstack needs equal ones"
@@ -805,9 +800,8 @@ class SparseConvertKernel final : public KernelOf<SparseConvert> {
  public:
   using KernelOf::KernelOf;
   void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
-    const std::string op_name = op().name();
     const SparseFormat from = op().from();
-    const auto [rows, cols, p] = checked_matrix(op_name, from, in[0], in[1], in[2]);
+    const auto [rows, cols, p] = checked_matrix(op(), from, in[0], in[1], in[2]);
     const int64_t n_minor = from == SparseFormat::csr ? cols : rows;
     int64_t* indices = out[0].data<int64_t>();
     int64_t* indptr = out[1].data<int64_t>();
@@ -833,14 +827,13 @@ class SparseSampleKernel final : public KernelOf<SparseSample> {
  public:
   using KernelOf::KernelOf;
   void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
-    const std::string op_name = op().name();
     const SparseFormat format = op().format();
-    const auto [rows, cols] = checked_dims(op_name, format, in[2], in[3]);
-    const auto [p_rows, p_cols] = checked_dims(op_name, format, in[5], in[6]);
+    const auto [rows, cols] = checked_dims(op(), format, in[2], in[3]);
+    const auto [p_rows, p_cols] = checked_dims(op(), format, in[5], in[6]);
     if (rows != p_rows || cols != p_cols)
-      throw ShapeError(op_name + ": shapes (" + std::to_string(rows) + ", " + std::to_string(cols) + ") and (" + std::to_string(p_rows) +
+      throw ShapeError(op().name() + ": shapes (" + std::to_string(rows) + ", " + std::to_string(cols) + ") and (" + std::to_string(p_rows) +
                        ", " + std::to_string(p_cols) + ") differ; elementwise products need equal shapes");
-    const Pattern from = checked_matrix(op_name, format, in[1], in[2], in[3]).p, at = checked_matrix(op_name, format, in[4], in[5], in[6]).p;
+    const Pattern from = checked_matrix(op(), format, in[1], in[2], in[3]).p, at = checked_matrix(op(), format, in[4], in[5], in[6]).p;
     dispatch_float(in[0].dtype(), "sparse_sample", [&](auto zero) {
       using T = decltype(zero);
       const T* v = in[0].data<T>();

@@ -416,7 +416,8 @@ bool Tensor::shares_memory(const Tensor& other) const {
 
 Tensor Tensor::alias(Loc loc) const {
   const Impl& m = impl();
-  return view_of(m.storage, m.dtype, m.shape, m.strides, m.offset, loc);
+  // Through spans, not view_of's Shape values: a copy of the shape and strides would allocate.
+  return TensorHandles::make(m.storage, m.dtype, m.shape, m.strides, m.offset, loc);
 }
 
 void TensorHandles::reseat(Tensor& t, const std::shared_ptr<Storage>& storage, DType dtype, std::span<const int64_t> shape,
