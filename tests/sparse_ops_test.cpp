@@ -464,3 +464,17 @@ TEST(SparseOps, ElementwiseProductOfTwoSparseMatrices) {
   SparseVar x = csr_matrix("x", f64), y = csr_matrix("y", f64);
   expect_values(function({x, y}, {dense(x * y)})(sparse_from_dense(a, SparseFormat::csr), b_unsorted)[0], with_unsorted, 1e-12);
 }
+
+TEST(SparseOps, AnArgumentOfTheOtherFormatOrKindIsATypeError) {
+  // A CSC value handed to a CSR input was read as CSR: a square matrix came out transposed.
+  const Tensor a = Tensor::from(std::vector<double>{1, 0, 2, 0, 0, 3, 4, 5, 0}, {3, 3});
+  SparseVar x = csr_matrix("x", f64);
+  Var w = matrix("w", f64);
+  Function f = function({x}, {dense(x)});
+  expect_values(f(sparse_from_dense(a, SparseFormat::csr))[0], a.to_vector<double>(), 0);
+  expect_error<TypeError>([&] { f(sparse_from_dense(a, SparseFormat::csc)); }, {"input 0 is a csr matrix", "csc f64(3,3)", "to_csr()"});
+  Function g = function({x, w}, {dot(x, w)});
+  expect_error<TypeError>([&] { g(a, a); }, {"input 0 ('x.data')", "dense tensor", "csr matrix", "SparseTensor"});
+  expect_error<TypeError>([&] { g(sparse_from_dense(a, SparseFormat::csr), sparse_from_dense(a, SparseFormat::csr)); },
+                          {"input 4 ('w'", "sparse matrix", "input is dense", "to_dense()"});
+}

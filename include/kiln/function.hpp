@@ -20,9 +20,10 @@ struct In {
   // A sparse matrix input: four inputs, its parts in order (data, indices, indptr, shape), given a
   // SparseTensor in a call (f(x_value, ...)) or its sparse_parts() in a list of tensors.
   In(const SparseVar& x, InOptions o = {})  // NOLINT
-      : variable(x.data()), sparse_parts{x.indices(), x.indptr(), x.shape()}, borrow(o.borrow) {}
+      : variable(x.data()), sparse_parts{x.indices(), x.indptr(), x.shape()}, sparse_format(x.format()), borrow(o.borrow) {}
   Var variable;
   std::vector<Var> sparse_parts;  // after `variable`, for a sparse input; an unused one is no error
+  std::optional<SparseFormat> sparse_format;  // of a sparse input: f(value, ...) checks the value's
   bool borrow = false;
 };
 
@@ -148,10 +149,10 @@ class Function {
 
  private:
   void run_call(std::span<const Tensor> inputs, std::vector<Tensor>& outputs) const;
-  static void append_argument(std::vector<Tensor>& arguments, const Tensor& value) { arguments.push_back(value); }
-  static void append_argument(std::vector<Tensor>& arguments, const SparseTensor& value) {
-    for (Tensor& part : sparse_parts(value)) arguments.push_back(std::move(part));
-  }
+  // The next argument of f(a, b, ...): a tensor for a dense input, a SparseTensor of the input's
+  // format for a sparse one (its four parts); anything else is a TypeError naming the input.
+  void append_argument(std::vector<Tensor>& arguments, const Tensor& value) const;
+  void append_argument(std::vector<Tensor>& arguments, const SparseTensor& value) const;
   friend Function function(std::vector<In>, std::vector<Out>, FunctionOptions);
   std::shared_ptr<FunctionImpl> impl_;
 };

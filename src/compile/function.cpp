@@ -272,6 +272,7 @@ std::pair<std::vector<In>, std::unordered_set<const Variable*>> with_sparse_part
   std::unordered_set<const Variable*> may_be_unused;
   for (In& in : inputs) {
     flat.push_back(In(in.variable, {.borrow = in.borrow}));
+    flat.back().sparse_format = in.sparse_format;
     for (const Var& part : in.sparse_parts) {
       flat.push_back(In(part, {.borrow = in.borrow}));
       may_be_unused.insert(part.get());
@@ -580,6 +581,30 @@ class ContextUse {
 };
 
 }  // namespace
+
+void Function::append_argument(std::vector<Tensor>& arguments, const Tensor& value) const {
+  const FunctionImpl& f = impl();
+  const size_t i = arguments.size();
+  if (i < f.inputs.size() && f.inputs[i].sparse_format)
+    throw TypeError("function: argument for input " + std::to_string(i) + " ('" + f.inputs[i].variable.get()->label() +
+                    "') is a dense tensor " + (value.defined() ? value.str() : std::string("(empty)")) + ", but the input is a " +
+                    sparse_format_name(*f.inputs[i].sparse_format) + " matrix; pass a SparseTensor (sparse_from_dense converts)");
+  arguments.push_back(value);
+}
+
+void Function::append_argument(std::vector<Tensor>& arguments, const SparseTensor& value) const {
+  const FunctionImpl& f = impl();
+  const size_t i = arguments.size();
+  if (i >= f.inputs.size() || !f.inputs[i].sparse_format)
+    throw TypeError("function: argument for input " + std::to_string(i) +
+                    (i < f.inputs.size() ? " ('" + f.inputs[i].variable.get()->label() + "' " + f.inputs[i].variable.type().str() + ")"
+                                         : std::string(" (there are only " + std::to_string(f.inputs.size()) + " inputs)")) +
+                    " is a sparse matrix " + (value.defined() ? value.str() : std::string("(empty)")) + ", but the input is dense; pass value.to_dense()");
+  if (value.defined() && value.format() != *f.inputs[i].sparse_format)
+    throw TypeError("function: input " + std::to_string(i) + " is a " + sparse_format_name(*f.inputs[i].sparse_format) +
+                    " matrix but the argument is " + value.str() + "; convert it with to_" + sparse_format_name(*f.inputs[i].sparse_format) + "()");
+  for (Tensor& part : sparse_parts(value)) arguments.push_back(std::move(part));
+}
 
 void Function::call(std::span<const Tensor> args, std::vector<Tensor>& results, Loc loc) const {
   run_call(args, results);
