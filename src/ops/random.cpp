@@ -66,10 +66,6 @@ int64_t per_block(Distribution d, DType dtype) {
   return 1;
 }
 
-double scalar_of(const Tensor& t) {
-  return dispatch_dtype(t.dtype(), [&](auto zero) { return static_cast<double>(t.item<decltype(zero)>()); });
-}
-
 }  // namespace
 
 std::string RandomDraw::name() const { return std::string("random_") + distribution_name(distribution_) + "{" + dtype_name(dtype_) + "}"; }
@@ -170,7 +166,7 @@ class RandomDrawKernel final : public KernelOf<RandomDraw> {
     if (state.numel() != 2) throw ShapeError(op().name() + ": the state must hold 2 values {key, counter}, got " + shape_str(state.shape()));
     const int64_t* key_counter = state.data<int64_t>();
     const int64_t kc[2] = {key_counter[0], key_counter[state.strides()[0]]};
-    const double a = scalar_of(in[2]), b = scalar_of(in[3]);
+    const double a = in[2].item<double>(), b = in[3].item<double>();
     const Distribution d = op().distribution();
     if (d == Distribution::integers && !(a < b))
       throw ShapeError(op().name() + ": low (" + std::to_string(static_cast<int64_t>(a)) + ") must be below high (" +

@@ -233,19 +233,17 @@ struct SliceExtent {
   int64_t first, last, entry_begin, entry_end;
 };
 
-int64_t bound_value(const Tensor& bound) { return bound.dtype() == DType::i32 ? bound.item<int32_t>() : bound.item<int64_t>(); }
-
 SliceExtent slice_extent(const Op& op, bool single, const Tensor& indptr, const Tensor& start, const Tensor& stop,
                          int64_t n_entries) {
   if (!indptr.is_contiguous()) throw ShapeError(op.name() + ": indptr must be a contiguous vector");
   const int64_t n = indptr.numel() - 1;
   if (n < 0) throw ShapeError(op.name() + ": indptr is empty; it needs one entry per row (column) and one more");
-  const int64_t index = bound_value(start);
+  const int64_t index = start.item<int64_t>();
   if (single && (index < -n || index >= n))
     throw ShapeError(op.name() + ": index " + std::to_string(index) + " is out of range for " + std::to_string(n) +
                      " rows (columns of a CSC matrix)");
   const auto [first, last] = single ? std::pair<int64_t, int64_t>{index < 0 ? index + n : index, (index < 0 ? index + n : index) + 1}
-                                    : clamped_bounds(index, bound_value(stop), n);
+                                    : clamped_bounds(index, stop.item<int64_t>(), n);
   const int64_t* ptr = indptr.data<int64_t>();
   for (int64_t m = first; m < last; ++m)
     if (ptr[m + 1] < ptr[m])

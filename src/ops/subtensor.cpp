@@ -62,7 +62,7 @@ Resolved resolve(const IndexEntry& e, int64_t n, const std::string& op, const Sh
 }
 
 // x[entries]'s shape and strides; returns its offset.
-int64_t region_geometry(const Tensor& x, const std::vector<IndexEntry>& entries, const std::string& op, Dims& shape,
+int64_t region_geometry(const Tensor& x, std::span<const IndexEntry> entries, const std::string& op, Dims& shape,
                         Dims& strides) {
   shape.clear();
   strides.clear();
@@ -83,7 +83,7 @@ int64_t region_geometry(const Tensor& x, const std::vector<IndexEntry>& entries,
   return offset;
 }
 
-Shape region_shape(const Shape& x, const std::vector<IndexEntry>& entries, const std::string& op) {
+Shape region_shape(const Shape& x, std::span<const IndexEntry> entries, const std::string& op) {
   Shape out;
   for (size_t d = 0; d < x.size(); ++d) {
     if (d >= entries.size()) {
@@ -145,6 +145,28 @@ void add_into(Tensor& dst, const Tensor& src) {
   });
 }
 
+// The gradient of the value y written (broadcast) into a region, given the region's gradient.
+Var gradient_of_written_value(const Var& region, const Var& y, const Loc& loc) {
+  Var gy = sum_to_shape_of(region, pad_left(y, region.ndim(), loc), loc);
+  if (y.ndim() < region.ndim()) {
+    std::vector<int64_t> lead;
+    for (int64_t d = 0; d < region.ndim() - y.ndim(); ++d) lead.push_back(d);
+    gy = sum(gy, lead, false, loc);
+  }
+  return gy;
+}
+
+// out = x with its region `entries` set to, or incremented by, y broadcast.
+void write_region(Tensor& out, const Tensor& x, const Tensor& y, std::span<const IndexEntry> entries, const std::string& op, bool set) {
+  copy_broadcast(out, x);
+  Dims shape, strides;
+  const int64_t offset = region_geometry(out, entries, op, shape, strides);
+  Tensor region = out.view(Shape(shape.begin(), shape.end()), Shape(strides.begin(), strides.end()), offset);
+  const Tensor value = broadcast_to(y, region.shape(), op);
+  if (set) copy_broadcast(region, value);
+  else add_into(region, value);
+}
+
 }  // namespace
 
 std::string Subtensor::name() const { return "subtensor[" + entries_str(entries_) + "]"; }
@@ -188,20 +210,13 @@ std::vector<Var> IncSubtensor::L_op(const Node& node, const std::vector<Var>& go
   Var region = apply1(std::make_shared<Subtensor>(entries_), {g}, loc);
   Var gx = set_ ? apply1(std::make_shared<IncSubtensor>(entries_, true), {g, constant(Tensor::zeros({}, g.dtype()))}, loc) : g;
   const Var& y = node.inputs[1];
-  Var gy = sum_to_shape_of(region, pad_left(y, region.ndim(), loc), loc);
-  if (y.ndim() < region.ndim()) {
-    std::vector<int64_t> lead;
-    for (int64_t d = 0; d < region.ndim() - y.ndim(); ++d) lead.push_back(d);
-    gy = sum(gy, lead, false, loc);
-  }
+  const Var gy = gradient_of_written_value(region, y, loc);
   return {is_float(node.inputs[0].dtype()) ? gx : Var(), is_float(y.dtype()) ? gy : Var()};
 }
 
 // ---- DynamicSlice, DynamicSliceUpdate
 
 namespace {
-
-int64_t bound_of(const Tensor& bound) { return bound.dtype() == DType::i32 ? bound.item<int32_t>() : bound.item<int64_t>(); }
 
 void check_bound_types(const std::string& op, const std::vector<Type>& in, size_t first) {
   for (size_t i = first; i < in.size(); ++i)
@@ -217,8 +232,8 @@ std::vector<const Tensor*> bound_values(const std::vector<const Tensor*>& values
 }
 
 // The entries of a DynamicSlice: full slices before its axis, then its own.
-std::vector<IndexEntry> entries_at(const DynamicSlice& slice, std::span<const Tensor* const> bounds) {
-  std::vector<IndexEntry> entries(static_cast<size_t>(slice.axis()) + 1);
+SmallVector<IndexEntry, 6> entries_at(const DynamicSlice& slice, std::span<const Tensor* const> bounds) {
+  SmallVector<IndexEntry, 6> entries(static_cast<size_t>(slice.axis()) + 1, IndexEntry{});
   entries.back() = slice.entry(bounds);
   return entries;
 }
@@ -234,9 +249,9 @@ std::vector<bool> sliced_broadcastable(const Type& x, int64_t axis) {
 IndexEntry DynamicSlice::entry(std::span<const Tensor* const> bounds) const {
   IndexEntry e;
   size_t next = 0;
-  if (has_start_) e.start = bound_of(*bounds[next++]);
-  if (has_stop_) e.stop = bound_of(*bounds[next++]);
-  if (has_step_) e.step = bound_of(*bounds[next++]);
+  if (has_start_) e.start = bounds[next++]->item<int64_t>();
+  if (has_stop_) e.stop = bounds[next++]->item<int64_t>();
+  if (has_step_) e.step = bounds[next++]->item<int64_t>();
   if (e.step == 0) throw ShapeError(name() + ": the slice step is zero; it must be a nonzero integer");
   return e;
 }
@@ -315,12 +330,7 @@ std::vector<Var> DynamicSliceUpdate::L_op(const Node& node, const std::vector<Va
     gx = apply1(std::make_shared<DynamicSliceUpdate>(slice_, true), cleared, loc);
   }
   const Var& y = node.inputs[1];
-  Var gy = sum_to_shape_of(region, pad_left(y, region.ndim(), loc), loc);
-  if (y.ndim() < region.ndim()) {
-    std::vector<int64_t> lead;
-    for (int64_t d = 0; d < region.ndim() - y.ndim(); ++d) lead.push_back(d);
-    gy = sum(gy, lead, false, loc);
-  }
+  const Var gy = gradient_of_written_value(region, y, loc);
   std::vector<Var> grads(node.inputs.size());
   grads[0] = is_float(node.inputs[0].dtype()) ? gx : Var();
   grads[1] = is_float(y.dtype()) ? gy : Var();
@@ -434,13 +444,7 @@ class IncSubtensorKernel final : public KernelOf<IncSubtensor> {
  public:
   using KernelOf::KernelOf;
   void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
-    copy_broadcast(out[0], in[0]);
-    Dims shape, strides;
-    const int64_t offset = region_geometry(out[0], op().entries(), op().name(), shape, strides);
-    Tensor region = out[0].view(Shape(shape.begin(), shape.end()), Shape(strides.begin(), strides.end()), offset);
-    const Tensor value = broadcast_to(in[1], region.shape(), op().name());
-    if (op().set()) copy_broadcast(region, value);
-    else add_into(region, value);
+    write_region(out[0], in[0], in[1], op().entries(), op().name(), op().set());
   }
 };
 
@@ -571,8 +575,9 @@ class LastOccurrenceKernel final : public KernelOf<LastOccurrence> {
 
 namespace {
 
-std::vector<const Tensor*> bounds_of(InputValues in, size_t first) {
-  std::vector<const Tensor*> bounds;
+// The bound inputs in[first..] (at most three), with no allocation: the kernels run every call.
+SmallVector<const Tensor*, 3> bounds_of(InputValues in, size_t first) {
+  SmallVector<const Tensor*, 3> bounds;
   for (size_t i = first; i < in.size(); ++i) bounds.push_back(&in[i]);
   return bounds;
 }
@@ -591,14 +596,7 @@ class DynamicSliceUpdateKernel final : public KernelOf<DynamicSliceUpdate> {
  public:
   using KernelOf::KernelOf;
   void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
-    const std::vector<IndexEntry> entries = entries_at(op().slice(), bounds_of(in, 2));
-    copy_broadcast(out[0], in[0]);
-    Dims shape, strides;
-    const int64_t offset = region_geometry(out[0], entries, op().name(), shape, strides);
-    Tensor region = out[0].view(Shape(shape.begin(), shape.end()), Shape(strides.begin(), strides.end()), offset);
-    const Tensor value = broadcast_to(in[1], region.shape(), op().name());
-    if (op().set()) copy_broadcast(region, value);
-    else add_into(region, value);
+    write_region(out[0], in[0], in[1], entries_at(op().slice(), bounds_of(in, 2)), op().name(), op().set());
   }
 };
 
