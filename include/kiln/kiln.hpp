@@ -1,5 +1,6 @@
 #pragma once
 // kiln: symbolic tensor expressions compiled into fast functions. Everything is in namespace kiln.
+#include "kiln/conv.hpp"
 #include "kiln/data.hpp"
 #include "kiln/eager.hpp"
 #include "kiln/errors.hpp"
