@@ -4,13 +4,11 @@
 // (J: the Jacobian of the logits in the parameters, H_L: the Hessian of the loss in the logits)
 // and one Hessian-vector product H v, all with respect to every parameter. Both peers take the
 // same command line ("grad|gn|hv BATCH THREADS") and print milliseconds per product.
-#include <algorithm>
-#include <chrono>
 #include <cstdint>
-#include <string>
 #include <vector>
 
 #include "mlp_common.hpp"
+#include "timing.hpp"
 
 namespace bench {
 
@@ -18,26 +16,5 @@ inline std::vector<int64_t> second_order_layers() { return {784, 500, 10}; }
 
 // The direction v: one value per parameter element, the same in both peers.
 inline std::vector<float> direction(int64_t rows, int64_t cols, uint32_t seed) { return uniform_weights(rows, cols, seed, 0.1f); }
-
-// Milliseconds per call of `product`: the median of 7 timings of enough calls for 0.2 s each.
-template <class F>
-double milliseconds_per_call(F product) {
-  product();
-  int calls = 1;
-  for (;;) {
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < calls; ++i) product();
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > 0.2) break;
-    calls *= 2;
-  }
-  std::vector<double> times;
-  for (int r = 0; r < 7; ++r) {
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < calls; ++i) product();
-    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() * 1e3 / calls);
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
 
 }  // namespace bench
