@@ -33,6 +33,7 @@ set(KILN_SOURCES
   src/ops/patterns.cpp
   src/ops/stable_forms.cpp
   src/ops/cumulative.cpp
+  src/ops/conv.cpp
   src/ops/sort.cpp
   src/exec/backend.cpp
   src/exec/run_node.cpp

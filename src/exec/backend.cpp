@@ -2,6 +2,7 @@
 
 #include "ops/blas.hpp"
 #include "ops/composite.hpp"
+#include "ops/conv.hpp"
 #include "ops/cumulative.hpp"
 #include "ops/elemwise.hpp"
 #include "ops/ifelse.hpp"
@@ -34,6 +35,7 @@ CpuBackend::CpuBackend() {
   add_cumulative_kernels(kernels_);
   add_sort_kernels(kernels_);
   add_random_kernels(kernels_);
+  add_conv_kernels(kernels_);
 }
 
 std::shared_ptr<Storage> CpuBackend::allocate(size_t bytes) const { return Storage::allocate(bytes); }

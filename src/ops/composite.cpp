@@ -372,7 +372,9 @@ void CompositeKernel::run(InputValues in, OutputValues out, std::span<std::byte>
   const DType result_dtype = reg_dtype_[result_reg];
 
   SmallVector<InputPlan, 16> plans;
-  Dims gather_strides(static_cast<size_t>(n_inputs * nd), 0);
+  // Room for 24 inputs of 4 dimensions without a heap allocation (a convolution's training step
+  // fuses a dozen 4-D operands).
+  SmallVector<int64_t, 96> gather_strides(static_cast<size_t>(n_inputs * nd), 0);
   for (int i = 0; i < n_inputs; ++i) {
     const Tensor& t = in[i];
     const bool direct = std::ranges::equal(t.shape(), shape) && t.is_contiguous();

@@ -1,0 +1,450 @@
+// 2-D convolution and its gradients: lowered to matrix products over unfolded patches (im2col),
+// image by image, the images shared among the threads.
+#include "ops/conv.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "graph/node.hpp"
+#include "kiln/ops.hpp"
+#include "ops/blas.hpp"
+#include "tensor/dispatch.hpp"
+#include "tensor/loc.hpp"
+#include "tensor/parallel.hpp"
+
+namespace kiln {
+
+namespace {
+
+std::string pair_str(const std::array<int64_t, 2>& v) { return std::to_string(v[0]) + "x" + std::to_string(v[1]); }
+
+std::string padding_str(const Padding& p) {
+  switch (p.rule) {
+    case Padding::valid: return "valid";
+    case Padding::full: return "full";
+    case Padding::same: return "same";
+    case Padding::explicit_sides: break;
+  }
+  return std::to_string(p.top) + "," + std::to_string(p.bottom) + "," + std::to_string(p.left) + "," + std::to_string(p.right);
+}
+
+// The padding before and after one axis for an input of `size` and a kernel spanning `extent`.
+std::pair<int64_t, int64_t> axis_padding(const Padding& p, int64_t size, int64_t extent, int64_t stride, bool rows) {
+  switch (p.rule) {
+    case Padding::valid: return {0, 0};
+    case Padding::full: return {extent - 1, extent - 1};
+    case Padding::same: {
+      const int64_t out = (size + stride - 1) / stride;
+      const int64_t total = std::max<int64_t>(0, (out - 1) * stride + extent - size);
+      return {total / 2, total - total / 2};
+    }
+    case Padding::explicit_sides: break;
+  }
+  return rows ? std::pair{p.top, p.bottom} : std::pair{p.left, p.right};
+}
+
+}  // namespace
+
+void ConvOp::params(OpParams& out) const {
+  const Padding& p = options_.padding;
+  out << options_.stride[0] << options_.stride[1] << options_.dilation[0] << options_.dilation[1] << options_.groups
+      << p.rule << p.top << p.bottom << p.left << p.right;
+}
+
+std::string ConvOp::name_with(const char* what) const {
+  std::string s = what;
+  std::string params;
+  auto add = [&](const std::string& p) { params += (params.empty() ? "" : ",") + p; };
+  if (options_.stride != std::array<int64_t, 2>{1, 1}) add("stride=" + pair_str(options_.stride));
+  if (options_.padding.rule != Padding::valid) add("padding=" + padding_str(options_.padding));
+  if (options_.dilation != std::array<int64_t, 2>{1, 1}) add("dilation=" + pair_str(options_.dilation));
+  if (options_.groups != 1) add("groups=" + std::to_string(options_.groups));
+  return params.empty() ? s : s + "{" + params + "}";
+}
+
+Type ConvOp::checked_type(const Type& input, const Type& filters, const char* input_role, const char* filter_role) const {
+  if (input.ndim() != 4 || filters.ndim() != 4)
+    throw TypeError(name() + ": takes a 4-D " + input_role + " (N x C x H x W) and 4-D " + filter_role +
+                    " (O x C/groups x KH x KW), got " + input.str() + " and " + filters.str() +
+                    " (reshape a single image to 1 x C x H x W)");
+  if (!is_float(input.dtype) || input.dtype != filters.dtype)
+    throw TypeError(name() + ": takes f32 or f64 values of one dtype, got " + input.str() + " and " + filters.str() +
+                    " (cast() one of them)");
+  return Type{input.dtype, {input.broadcastable[0], filters.broadcastable[0], false, false}};
+}
+
+ConvGeometry ConvOp::geometry(const Shape& input, const Shape& filters) const {
+  const int64_t groups = options_.groups;
+  auto fail = [&](const std::string& why) -> ConvGeometry {
+    throw ShapeError(name() + ": input " + shape_str(input) + " and filters " + shape_str(filters) + ": " + why);
+  };
+  if (input.size() != 4 || filters.size() != 4) return fail("both must have 4 dimensions");
+  if (input[1] % groups != 0 || filters[0] % groups != 0)
+    return fail("with groups=" + std::to_string(groups) + " the input channels (" + std::to_string(input[1]) +
+                ") and the filter count (" + std::to_string(filters[0]) + ") must both divide by the groups");
+  if (filters[1] * groups != input[1])
+    return fail("the filters take " + std::to_string(filters[1]) + " channels per group but the input has " +
+                std::to_string(input[1]) + " channels in " + std::to_string(groups) +
+                " group(s) (filters must be O x C/groups x KH x KW)");
+  ConvGeometry g{};
+  g.batch = input[0], g.channels = input[1], g.height = input[2], g.width = input[3];
+  g.filters = filters[0], g.kernel_h = filters[2], g.kernel_w = filters[3];
+  g.groups = groups;
+  g.stride_h = options_.stride[0], g.stride_w = options_.stride[1];
+  g.dilation_h = options_.dilation[0], g.dilation_w = options_.dilation[1];
+  const int64_t extent_h = (g.kernel_h - 1) * g.dilation_h + 1, extent_w = (g.kernel_w - 1) * g.dilation_w + 1;
+  const auto [top, bottom] = axis_padding(options_.padding, g.height, extent_h, g.stride_h, true);
+  const auto [left, right] = axis_padding(options_.padding, g.width, extent_w, g.stride_w, false);
+  g.pad_top = top, g.pad_left = left;
+  if (g.kernel_h < 1 || g.kernel_w < 1 || g.height + top + bottom < extent_h || g.width + left + right < extent_w)
+    return fail("the kernel spans " + std::to_string(extent_h) + "x" + std::to_string(extent_w) +
+                " pixels (dilation included), more than the padded input's " + std::to_string(g.height + top + bottom) + "x" +
+                std::to_string(g.width + left + right) + " (pad the input or use padding=same)");
+  g.out_h = (g.height + top + bottom - extent_h) / g.stride_h + 1;
+  g.out_w = (g.width + left + right - extent_w) / g.stride_w + 1;
+  return g;
+}
+
+std::vector<Type> Conv2d::infer_types(const std::vector<Type>& in) const {
+  return {checked_type(in.at(0), in.at(1), "input", "filters")};
+}
+
+std::vector<Shape> Conv2d::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
+  return {geometry(in[0], in[1]).output_shape()};
+}
+
+std::vector<Var> Conv2d::L_op(const Node& node, const std::vector<Var>& gouts) const {
+  const Var &x = node.inputs[0], &w = node.inputs[1], &gy = gouts[0];
+  if (!gy.defined()) return {Var(), Var()};
+  return {apply1(std::make_shared<Conv2dGradInput>(options()), {gy, w, x}, node.loc),
+          apply1(std::make_shared<Conv2dGradFilters>(options()), {x, gy, w}, node.loc)};
+}
+
+std::optional<std::vector<Var>> Conv2d::R_op(const Node& node, const std::vector<Var>& tangents) const {
+  const Var &x = node.inputs[0], &w = node.inputs[1];
+  Var out;
+  auto add = [&](const Var& term) { out = out.defined() ? out + term : term; };
+  if (tangents[0].defined()) add(conv2d(cast(tangents[0], x.dtype(), node.loc), w, options(), node.loc));
+  if (tangents[1].defined()) add(conv2d(x, cast(tangents[1], w.dtype(), node.loc), options(), node.loc));
+  return std::vector<Var>{out};
+}
+
+std::vector<Type> Conv2dGradInput::infer_types(const std::vector<Type>& in) const {
+  checked_type(in.at(0), in.at(1), "output gradient", "filters");
+  return {Type{in.at(0).dtype, in.at(2).broadcastable}};
+}
+
+std::vector<Shape> Conv2dGradInput::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
+  const ConvGeometry g = geometry(in[2], in[1]);
+  if (in[0] != g.output_shape())
+    throw ShapeError(name() + ": the output gradient is " + shape_str(in[0]) + ", the convolution's output " + shape_str(g.output_shape()));
+  return {in[2]};
+}
+
+// gx = grad_input(gy, w) is linear in each of gy and w: <gx, g> = <gy, conv(g, w)>, and as a
+// function of w, <conv(g, w), gy>.
+std::vector<Var> Conv2dGradInput::L_op(const Node& node, const std::vector<Var>& gouts) const {
+  const Var &gy = node.inputs[0], &w = node.inputs[1], &g = gouts[0];
+  if (!g.defined()) return {Var(), Var(), Var()};
+  return {conv2d(g, w, options(), node.loc), apply1(std::make_shared<Conv2dGradFilters>(options()), {g, gy, w}, node.loc), Var()};
+}
+
+std::vector<Type> Conv2dGradFilters::infer_types(const std::vector<Type>& in) const {
+  checked_type(in.at(0), in.at(2), "input", "filters");
+  if (in.at(1).dtype != in.at(0).dtype || in.at(1).ndim() != 4)
+    throw TypeError(name() + ": the output gradient must be 4-D of the input's dtype, got " + in.at(1).str() + " for input " + in.at(0).str());
+  return {Type{in.at(0).dtype, in.at(2).broadcastable}};
+}
+
+std::vector<Shape> Conv2dGradFilters::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
+  const ConvGeometry g = geometry(in[0], in[2]);
+  if (in[1] != g.output_shape())
+    throw ShapeError(name() + ": the output gradient is " + shape_str(in[1]) + ", the convolution's output " + shape_str(g.output_shape()));
+  return {in[2]};
+}
+
+// gw = grad_filters(x, gy): <gw, g> = <conv(x, g), gy>, so x gets grad_input(gy, g) and gy gets conv(x, g).
+std::vector<Var> Conv2dGradFilters::L_op(const Node& node, const std::vector<Var>& gouts) const {
+  const Var &x = node.inputs[0], &gy = node.inputs[1], &g = gouts[0];
+  if (!g.defined()) return {Var(), Var(), Var()};
+  return {apply1(std::make_shared<Conv2dGradInput>(options()), {gy, g, x}, node.loc), conv2d(x, g, options(), node.loc), Var()};
+}
+
+namespace {
+
+constexpr int64_t kAlign = 64;
+int64_t aligned(int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+// A 4-D tensor's element pointer and strides.
+template <class T> struct Strided4 {
+  T* data;
+  int64_t s0, s1, s2, s3;
+  static Strided4 of(const Tensor& t) {
+    const Shape& s = t.strides();
+    return {reinterpret_cast<T*>(t.raw_data()), s[0], s[1], s[2], s[3]};
+  }
+};
+
+// The unfolded patches of one group of one image: col[(c, i, j), (oy, ox)] = the input pixel that
+// filter tap (i, j) of channel c meets at output pixel (oy, ox), zero in the padding.
+template <class T> void unfold(const ConvGeometry& g, const T* x, int64_t sc, int64_t sy, int64_t sx, T* col) {
+  const int64_t P = g.pixels();
+  for (int64_t c = 0; c < g.group_channels(); ++c)
+    for (int64_t i = 0; i < g.kernel_h; ++i)
+      for (int64_t j = 0; j < g.kernel_w; ++j) {
+        T* row = col + ((c * g.kernel_h + i) * g.kernel_w + j) * P;
+        const int64_t x0 = j * g.dilation_w - g.pad_left;
+        // The output columns whose input column x0 + ox * stride lies inside the image.
+        const int64_t first = x0 >= 0 ? 0 : (-x0 + g.stride_w - 1) / g.stride_w;
+        const int64_t last = g.width - x0 <= 0 ? 0 : std::min(g.out_w, (g.width - x0 - 1) / g.stride_w + 1);
+        for (int64_t oy = 0; oy < g.out_h; ++oy) {
+          T* out = row + oy * g.out_w;
+          const int64_t iy = oy * g.stride_h + i * g.dilation_h - g.pad_top;
+          if (iy < 0 || iy >= g.height || first >= last) {
+            std::fill_n(out, g.out_w, T(0));
+            continue;
+          }
+          const T* in = x + c * sc + iy * sy;
+          std::fill_n(out, first, T(0));
+          if (g.stride_w == 1 && sx == 1) std::memcpy(out + first, in + x0 + first, static_cast<size_t>(last - first) * sizeof(T));
+          else
+            for (int64_t ox = first; ox < last; ++ox) out[ox] = in[(x0 + ox * g.stride_w) * sx];
+          std::fill(out + last, out + g.out_w, T(0));
+        }
+      }
+}
+
+// The reverse of unfold: each patch entry added back to the pixel it came from (gx contiguous,
+// its group's channels zeroed first).
+template <class T> void fold(const ConvGeometry& g, const T* col, T* gx) {
+  const int64_t P = g.pixels(), plane = g.height * g.width;
+  std::fill_n(gx, g.group_channels() * plane, T(0));
+  for (int64_t c = 0; c < g.group_channels(); ++c)
+    for (int64_t i = 0; i < g.kernel_h; ++i)
+      for (int64_t j = 0; j < g.kernel_w; ++j) {
+        const T* row = col + ((c * g.kernel_h + i) * g.kernel_w + j) * P;
+        const int64_t x0 = j * g.dilation_w - g.pad_left;
+        const int64_t first = x0 >= 0 ? 0 : (-x0 + g.stride_w - 1) / g.stride_w;
+        const int64_t last = g.width - x0 <= 0 ? 0 : std::min(g.out_w, (g.width - x0 - 1) / g.stride_w + 1);
+        for (int64_t oy = 0; oy < g.out_h; ++oy) {
+          const int64_t iy = oy * g.stride_h + i * g.dilation_h - g.pad_top;
+          if (iy < 0 || iy >= g.height) continue;
+          T* out = gx + c * plane + iy * g.width;
+          const T* in = row + oy * g.out_w;
+          for (int64_t ox = first; ox < last; ++ox) out[x0 + ox * g.stride_w] += in[ox];
+        }
+      }
+}
+
+enum class ConvPass : uint8_t { forward, grad_input, grad_filters };
+
+// Where each thread's working memory lies in a kernel's scratch: the unfolded patches, a
+// contiguous copy of one image's output gradient (when its pixels are not one run), the
+// thread's share of the filter gradient, and the matrix product's own scratch; after every
+// thread's part, a contiguous copy of the filters.
+struct ConvScratch {
+  int64_t col = 0, image = 0, partial = 0, product = 0, per_thread = 0, filters = 0;
+
+  ConvScratch(const ConvGeometry& g, ConvPass pass, DType dtype) {
+    const int64_t size = dtype_size(dtype);
+    col = aligned(g.patch() * g.pixels() * size);
+    image = pass == ConvPass::forward ? 0 : aligned(g.filters * g.pixels() * size);
+    partial = pass == ConvPass::grad_filters ? aligned(g.filters * g.patch() * size) : 0;
+    const int64_t m = g.group_filters(), n = g.pixels(), k = g.patch();
+    product = aligned(std::max({gemm_scratch_bytes(dtype, m, n, k), gemm_scratch_bytes(dtype, k, n, m),
+                                gemm_scratch_bytes(dtype, m, k, n)}));
+    per_thread = col + image + partial + product;
+    filters = aligned(g.filters * g.patch() * size);
+  }
+  int64_t bytes(int threads) const { return threads * per_thread + filters; }
+  // The threads the scratch has room for, at most `wanted`.
+  int fitting(std::span<std::byte> scratch, int wanted) const {
+    return static_cast<int>(std::clamp<int64_t>((static_cast<int64_t>(scratch.size()) - filters) / per_thread, 1, wanted));
+  }
+};
+
+// The threads a pass over this many images uses: one per image up to the pool, none beyond one
+// for a batch of one (its products take the threads then).
+int image_threads(const ConvGeometry& g) {
+  const int64_t work = g.batch * g.filters * g.patch() * g.pixels();
+  if (g.batch < 2 || work < (int64_t{1} << 18) || omp_in_parallel()) return 1;
+  return static_cast<int>(std::min<int64_t>(num_threads(), g.batch));
+}
+
+// The filters as a matrix per group, O x patch, copied into scratch when their last three axes
+// are not one run.
+template <class T> const T* filter_matrix(const Tensor& w, const ConvGeometry& g, std::byte* room) {
+  const Shape& s = w.strides();
+  const bool runs = (g.kernel_w == 1 || s[3] == 1) && (g.kernel_h == 1 || s[2] == g.kernel_w) &&
+                    (g.group_channels() == 1 || s[1] == g.kernel_h * g.kernel_w) && (g.filters == 1 || s[0] == g.patch());
+  if (runs) return reinterpret_cast<const T*>(w.raw_data());
+  T* copy = reinterpret_cast<T*>(room);
+  const auto v = Strided4<const T>::of(w);
+  int64_t at = 0;
+  for (int64_t o = 0; o < g.filters; ++o)
+    for (int64_t c = 0; c < g.group_channels(); ++c)
+      for (int64_t i = 0; i < g.kernel_h; ++i)
+        for (int64_t j = 0; j < g.kernel_w; ++j) copy[at++] = v.data[o * v.s0 + c * v.s1 + i * v.s2 + j * v.s3];
+  return copy;
+}
+
+// Image n of the output gradient as an O x pixels matrix with rows `ld` apart: in place when its
+// pixels are one run, else copied into `room`.
+template <class T> std::pair<const T*, int64_t> image_matrix(const Strided4<const T>& gy, const ConvGeometry& g, int64_t n, std::byte* room) {
+  const T* base = gy.data + n * gy.s0;
+  if ((g.out_w == 1 || gy.s3 == 1) && (g.out_h == 1 || gy.s2 == g.out_w)) return {base, gy.s1};
+  T* copy = reinterpret_cast<T*>(room);
+  for (int64_t o = 0; o < g.filters; ++o)
+    for (int64_t y = 0; y < g.out_h; ++y)
+      for (int64_t x = 0; x < g.out_w; ++x) copy[(o * g.out_h + y) * g.out_w + x] = base[o * gy.s1 + y * gy.s2 + x * gy.s3];
+  return {copy, g.pixels()};
+}
+
+MatrixView matrix(const void* data, int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride) {
+  return {static_cast<const std::byte*>(data), rows, cols, row_stride, col_stride};
+}
+
+// Runs body(n, thread scratch, thread, whether n is the thread's first image) for every image,
+// the images shared among up to `threads`; returns the threads that ran (OpenMP may give fewer).
+template <class Body> int for_each_image(const ConvGeometry& g, int threads, const ConvScratch& layout, std::byte* scratch, Body body) {
+  int ran = 1;
+  parallel_region(threads, [&](int thread, int team) {
+    if (thread == 0) ran = team;
+    std::byte* mine = scratch + thread * layout.per_thread;
+    const int64_t begin = g.batch * thread / team, end = g.batch * (thread + 1) / team;
+    for (int64_t n = begin; n < end; ++n) body(n, mine, thread, n == begin);
+  });
+  return ran;
+}
+
+class Conv2dKernel final : public KernelOf<Conv2d> {
+ public:
+  using KernelOf::KernelOf;
+  int64_t scratch_bytes(const std::vector<Shape>& in, const std::vector<Shape>&) const override {
+    const ConvGeometry g = op().geometry(in[0], in[1]);
+    return ConvScratch(g, ConvPass::forward, output_dtype(0)).bytes(image_threads(g));
+  }
+  void run(InputValues in, OutputValues out, std::span<std::byte> scratch) const override {
+    const ConvGeometry g = op().geometry(in[0].shape(), in[1].shape());
+    dispatch_float(output_dtype(0), "conv2d", [&](auto tag) {
+      using T = decltype(tag);
+      const ConvScratch layout(g, ConvPass::forward, output_dtype(0));
+      const int threads = layout.fitting(scratch, image_threads(g));
+      const T* w = filter_matrix<T>(in[1], g, scratch.data() + threads * layout.per_thread);
+      const auto x = Strided4<const T>::of(in[0]);
+      T* y = out[0].template data<T>();
+      const int64_t P = g.pixels(), Og = g.group_filters();
+      for_each_image(g, threads, layout, scratch.data(), [&](int64_t n, std::byte* mine, int, bool) {
+        T* col = reinterpret_cast<T*>(mine);
+        const std::span<std::byte> product(mine + layout.col, static_cast<size_t>(layout.product));
+        for (int64_t group = 0; group < g.groups; ++group) {
+          unfold(g, x.data + n * x.s0 + group * g.group_channels() * x.s1, x.s1, x.s2, x.s3, col);
+          gemm(output_dtype(0), Og, P, g.patch(), 1.0, matrix(w + group * Og * g.patch(), Og, g.patch(), g.patch(), 1),
+               matrix(col, g.patch(), P, P, 1), 0.0, reinterpret_cast<std::byte*>(y + (n * g.filters + group * Og) * P), P, product);
+        }
+      });
+    });
+  }
+};
+
+class Conv2dGradInputKernel final : public KernelOf<Conv2dGradInput> {
+ public:
+  using KernelOf::KernelOf;
+  int64_t scratch_bytes(const std::vector<Shape>& in, const std::vector<Shape>&) const override {
+    const ConvGeometry g = op().geometry(in[2], in[1]);
+    return ConvScratch(g, ConvPass::grad_input, output_dtype(0)).bytes(image_threads(g));
+  }
+  void run(InputValues in, OutputValues out, std::span<std::byte> scratch) const override {
+    const ConvGeometry g = op().geometry(in[2].shape(), in[1].shape());
+    dispatch_float(output_dtype(0), "conv2d_grad_input", [&](auto tag) {
+      using T = decltype(tag);
+      const ConvScratch layout(g, ConvPass::grad_input, output_dtype(0));
+      const int threads = layout.fitting(scratch, image_threads(g));
+      const T* w = filter_matrix<T>(in[1], g, scratch.data() + threads * layout.per_thread);
+      const auto gy = Strided4<const T>::of(in[0]);
+      T* gx = out[0].template data<T>();
+      const int64_t P = g.pixels(), Og = g.group_filters(), plane = g.height * g.width;
+      for_each_image(g, threads, layout, scratch.data(), [&](int64_t n, std::byte* mine, int, bool) {
+        T* col = reinterpret_cast<T*>(mine);
+        const auto [rows, ld] = image_matrix(gy, g, n, mine + layout.col);
+        const std::span<std::byte> product(mine + layout.col + layout.image, static_cast<size_t>(layout.product));
+        for (int64_t group = 0; group < g.groups; ++group) {
+          // col (patch x P) = W_g^T (patch x Og) gy_g (Og x P)
+          gemm(output_dtype(0), g.patch(), P, Og, 1.0, matrix(w + group * Og * g.patch(), g.patch(), Og, 1, g.patch()),
+               matrix(rows + group * Og * ld, Og, P, ld, 1), 0.0, reinterpret_cast<std::byte*>(col), P, product);
+          fold(g, col, gx + (n * g.channels + group * g.group_channels()) * plane);
+        }
+      });
+    });
+  }
+};
+
+class Conv2dGradFiltersKernel final : public KernelOf<Conv2dGradFilters> {
+ public:
+  using KernelOf::KernelOf;
+  int64_t scratch_bytes(const std::vector<Shape>& in, const std::vector<Shape>&) const override {
+    const ConvGeometry g = op().geometry(in[0], in[2]);
+    return ConvScratch(g, ConvPass::grad_filters, output_dtype(0)).bytes(image_threads(g));
+  }
+  void run(InputValues in, OutputValues out, std::span<std::byte> scratch) const override {
+    const ConvGeometry g = op().geometry(in[0].shape(), in[2].shape());
+    dispatch_float(output_dtype(0), "conv2d_grad_filters", [&](auto tag) {
+      using T = decltype(tag);
+      const ConvScratch layout(g, ConvPass::grad_filters, output_dtype(0));
+      const int threads = layout.fitting(scratch, image_threads(g));
+      const auto x = Strided4<const T>::of(in[0]);
+      const auto gy = Strided4<const T>::of(in[1]);
+      T* gw = out[0].template data<T>();
+      const int64_t P = g.pixels(), Og = g.group_filters(), K = g.patch(), total = g.filters * K;
+      // Each thread sums its images' products into its own share (the first thread straight into
+      // gw), and the shares are added at the end.
+      auto share = [&](int thread) {
+        return thread == 0 ? gw : reinterpret_cast<T*>(scratch.data() + thread * layout.per_thread + layout.col + layout.image);
+      };
+      const int ran = for_each_image(g, threads, layout, scratch.data(), [&](int64_t n, std::byte* mine, int thread, bool first) {
+        T* col = reinterpret_cast<T*>(mine);
+        T* acc = share(thread);
+        const auto [rows, ld] = image_matrix(gy, g, n, mine + layout.col);
+        const std::span<std::byte> product(mine + layout.col + layout.image + layout.partial, static_cast<size_t>(layout.product));
+        for (int64_t group = 0; group < g.groups; ++group) {
+          unfold(g, x.data + n * x.s0 + group * g.group_channels() * x.s1, x.s1, x.s2, x.s3, col);
+          // gw_g (Og x patch) += gy_g (Og x P) col^T (P x patch)
+          gemm(output_dtype(0), Og, K, P, 1.0, matrix(rows + group * Og * ld, Og, P, ld, 1), matrix(col, P, K, 1, P),
+               first ? 0.0 : 1.0, reinterpret_cast<std::byte*>(acc + group * Og * K), K, product);
+        }
+      });
+      if (g.batch == 0) std::fill_n(gw, total, T(0));
+      for (int thread = 1; thread < ran; ++thread) {
+        const T* part = share(thread);
+        for (int64_t i = 0; i < total; ++i) gw[i] += part[i];
+      }
+    });
+  }
+};
+
+}  // namespace
+
+void add_conv_kernels(KernelTable& table) {
+  table.add<Conv2d, Conv2dKernel>();
+  table.add<Conv2dGradInput, Conv2dGradInputKernel>();
+  table.add<Conv2dGradFilters, Conv2dGradFiltersKernel>();
+}
+
+Var conv2d(const Var& input, const Var& filters, const Conv2dOptions& options, Loc loc) {
+  if (!input.defined() || !filters.defined()) throw TypeError("conv2d: an empty Var given (at " + loc_str(loc) + ")");
+  auto positive = [&](const std::array<int64_t, 2>& v, const char* what) {
+    if (v[0] < 1 || v[1] < 1)
+      throw ShapeError(std::string("conv2d: ") + what + " must be at least 1 on both axes, got " + pair_str(v) + " (at " + loc_str(loc) + ")");
+  };
+  positive(options.stride, "stride");
+  positive(options.dilation, "dilation");
+  if (options.groups < 1) throw ShapeError("conv2d: groups must be at least 1, got " + std::to_string(options.groups) + " (at " + loc_str(loc) + ")");
+  const Padding& p = options.padding;
+  if (p.rule == Padding::explicit_sides && std::min({p.top, p.bottom, p.left, p.right}) < 0)
+    throw ShapeError("conv2d: padding must not be negative, got " + padding_str(p) + " (at " + loc_str(loc) + ")");
+  return apply1(std::make_shared<Conv2d>(options), {input, filters}, loc);
+}
+
+}  // namespace kiln
