@@ -82,7 +82,7 @@ Evaluation evaluate(const Function& predict, DataLoader& test_batches) {
 
 int main(int argc, char** argv) {
   const std::string dir = argc > 1 ? argv[1] : FashionMnist::kDefaultDirectory;
-  const int epochs = argc > 2 ? std::stoi(argv[2]) : 5;
+  const int epochs = argc > 2 ? std::stoi(argv[2]) : 8;
   const int64_t batch = 50;
   const auto start = std::chrono::steady_clock::now();
   try {
@@ -95,15 +95,18 @@ int main(int argc, char** argv) {
     RandomStreams dropout(1234);
     const Var x = matrix("x"), y = vector("y", i64);
     const Var loss = mean(categorical_crossentropy(net.probabilities(x, &dropout), y));
-    // The dropout mask's stream advances by itself after each step.
+    // Adam's learning rate is a shared scalar, so the schedule changes it without recompiling; the
+    // dropout mask's stream advances by itself after each step.
+    Shared learning_rate = shared(Tensor::scalar(0.001f), "learning_rate");
     Function train = function({In(x, {.borrow = true}), In(y, {.borrow = true})}, {loss},
-                              {.updates = adam(loss, net.params(), {.learning_rate = 0.001})});
+                              {.updates = adam(loss, net.params(), {.learning_rate = learning_rate})});
     Function predict = function({x}, {net.probabilities(x, nullptr)});
 
     DataLoader batches(train_set, {.batch_size = batch, .shuffle = true, .seed = 1234, .drop_last = true});
     DataLoader test_batches(test_set, {.batch_size = 1000});
     Evaluation trained;
     for (int epoch = 1; epoch <= epochs; ++epoch) {
+      learning_rate.set_value(Tensor::scalar(static_cast<float>(0.001 * std::pow(0.8, epoch - 1))));
       const auto epoch_start = std::chrono::steady_clock::now();
       double total_loss = 0;
       int64_t seen = 0;
