@@ -11,6 +11,7 @@
 
 #include "graph/node.hpp"
 #include "graph/op.hpp"
+#include "conv_reference.hpp"
 #include "tensor/isa.hpp"
 #include "test_util.hpp"
 
@@ -647,6 +648,46 @@ TEST(OracleSweep, NeuralNetworkOpsEveryFloatDtypeAxisLayoutModeThreadCountAndIns
   EXPECT_GT(combinations, 300);
 }
 
+TEST(OracleSweep, ConvolutionsEveryFloatDtypeLayoutModeThreadCountAndInstructionSet) {
+  int combinations = 0;
+  struct Case {
+    Shape x, w;
+    Conv2dOptions options;
+    int64_t pad_top, pad_left, out_h, out_w;
+  };
+  const std::vector<Case> cases{{{3, 2, 9, 8}, {4, 2, 3, 3}, {}, 0, 0, 7, 6},
+                                {{2, 4, 7, 7}, {6, 2, 3, 2}, {.stride = {2, 1}, .padding = Padding::same, .groups = 2}, 1, 0, 4, 7},
+                                {{1, 3, 8, 6}, {2, 3, 2, 3}, {.padding = Padding::full, .dilation = {2, 1}}, 2, 2, 10, 8}};
+  for (DType dtype : {f32, f64})
+    for (const Case& c : cases) {
+      Var x = tensor4("x", dtype), w = tensor4("w", dtype);
+      Var y = conv2d(x, w, c.options) * 2.0;
+      for (const Mode& mode : sweep_modes()) {
+        Function f = function({x, w}, {y}, {.mode = mode});
+        const Tensor xv = values_of(c.x, dtype, 41, false), wv = values_of(c.w, dtype, 42, false);
+        std::vector<double> want = direct_conv(xv, wv, c.options.stride, c.options.dilation, c.options.groups, c.pad_top,
+                                               c.pad_left, c.out_h, c.out_w);
+        for (double& v : want) v *= 2;
+        // The input contiguous, and as a view of an N x H x W x C array (channels last).
+        Var nhwc = tensor4("nhwc", dtype);
+        const Tensor channels_last = eval1({nhwc}, dimshuffle(nhwc, {0, 2, 3, 1}) + 0.0, {xv});
+        const Tensor xs = channels_last.view(xv.shape(), {channels_last.strides()[0], 1, channels_last.strides()[1], channels_last.strides()[2]}, 0);
+        for (const Tensor& xa : {xv, xs}) {
+          const std::string what = std::string(dtype_name(dtype)) + " " + shape_str(c.x) + " * " + shape_str(c.w) + " " + mode.name() +
+                                   (xa.is_contiguous() ? " contiguous" : " channels last");
+          combinations += run_everywhere(f, {xa, wv}, [&](const std::vector<Tensor>& o, const std::string& where) {
+            const auto got = o[0].to_vector<double>();
+            ASSERT_EQ(got.size(), want.size()) << what;
+            for (size_t i = 0; i < got.size(); ++i)
+              ASSERT_NEAR(got[i], want[i], (dtype == f32 ? 1e-5 : 1e-12) * std::max(1.0, std::fabs(want[i]))) << what << " " << where;
+          });
+        }
+      }
+    }
+  std::cout << "convolution sweep: " << combinations << " combinations run\n";
+  EXPECT_GT(combinations, 100);
+}
+
 TEST(OracleSweep, IfElseEveryDtypeBranchAndMode) {
   int combinations = 0;
   for (DType dtype : kDtypes) {
@@ -688,6 +729,8 @@ TEST(OracleSweep, EveryDifferentiableOpPassesVerifyGradAndVerifyRopInF64) {
   const Tensor big = Tensor::from({-1e4, -3e3, -1e3, 0.5, 1e3, 3e3, 1e4, -0.25, 2e3, -2e3, 7e3, -7e3}, {3, 4});
   const Tensor bigger_rows = Tensor::from({1e4, -1e4, 0.0, 5e3, 3e3, -3e3, 1e3, 2e3, -1e3, -5e3, 0.5, 9e3}, {3, 4});
   const Tensor dist = random_tensor({3, 4}, f64, 0, 1, 7), prob = random_tensor({3, 4}, f64, 0.05, 0.95, 8);
+  const Tensor image = random_tensor({2, 4, 5, 6}, f64, -1, 1, 9), filters = random_tensor({3, 4, 3, 2}, f64, -1, 1, 10);
+  const Tensor filters_of_groups = random_tensor({4, 2, 2, 3}, f64, -1, 1, 11);
   const Var labels = constant(Tensor::from(std::vector<int64_t>{0, 3, 1}));
   using V = std::vector<Var>;
   const std::vector<GradientCase> cases{
@@ -745,6 +788,10 @@ TEST(OracleSweep, EveryDifferentiableOpPassesVerifyGradAndVerifyRopInF64) {
       {"dot matrix vector", [](V v) { return dot(v[0], v[1]); }, {m, vec}},
       {"dot vector vector", [](V v) { return dot(v[0], v[0] * 0.5); }, {vec}},
       {"matmul batched", [](V v) { return matmul(reshape(v[0], {3, 2, 2}), reshape(v[1], {3, 2, 2})); }, {m, m2}},
+      {"conv2d", [](V v) { return conv2d(v[0], v[1]); }, {image, filters}},
+      {"conv2d same stride groups dilation", [](V v) { return conv2d(v[0], v[1], {.stride = {2, 1}, .padding = Padding::same, .dilation = {1, 2}, .groups = 2}); },
+       {image, filters_of_groups}},
+      {"conv2d full", [](V v) { return tanh(conv2d(v[0], v[1], {.padding = Padding::full})); }, {image, filters}},
       {"transpose", [](V v) { return transpose(v[0]) * 2.0; }, {m}},
       {"dimshuffle", [](V v) { return dimshuffle(v[0], {1, -1, 0}) * 2.0; }, {m}},
       {"reshape", [](V v) { return reshape(v[0], {2, 6}) * 3.0; }, {m}},

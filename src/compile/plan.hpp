@@ -1,4 +1,5 @@
 #pragma once
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -13,6 +14,13 @@ inline constexpr int64_t kNoScratch = -2;
 // Where every value of one call lives, decided before any kernel runs, for one signature (the
 // shapes of the inputs and shared variables). Computed once per signature and reused.
 struct MemoryPlan {
+  // Tells plans apart for what a run caches per plan (RunBuffers::kept): never an address, which
+  // a later plan may reuse.
+  uint64_t id = next_id();
+  static uint64_t next_id() {
+    static std::atomic<uint64_t> count{0};
+    return ++count;
+  }
   std::vector<Shape> signature;
   std::vector<std::optional<Shape>> shape;  // per slot; empty where it depends on data
   std::vector<Tensor> value;                // per slot: values computed while planning (shape arithmetic)
@@ -93,6 +101,12 @@ struct OpChecks {
 struct RunBuffers {
   std::vector<Tensor> before;  // Mode::debug()'s copies of an instruction's inputs
   std::vector<bool> kept_input;  // per slot, for RunOptions::keeps_inputs
+  // Per slot, 1 where a run keeps the slot's tensor after its last reader (a value the plan
+  // holds, a kept arena's slot, a kept input): one byte read per release, for the plan and the
+  // options it was made for.
+  std::vector<uint8_t> kept;
+  uint64_t kept_for = 0;  // MemoryPlan::id
+  uint8_t kept_options = 0;
   // Per slot: the parked handle (tensor/handles.hpp) of a view released by an earlier run, which
   // the view's executable re-views in place.
   std::vector<Tensor> parked;

@@ -368,10 +368,18 @@ void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& 
     kept_input.assign(slots.size(), false);
     for (int s : p.input_slots) kept_input[static_cast<size_t>(s)] = true;
   }
+  const uint8_t kept_options = static_cast<uint8_t>(options.keeps_arena_slots | options.keeps_inputs << 1);
+  if (buffers.kept_for != plan.id || buffers.kept_options != kept_options || buffers.kept.size() != slots.size()) {
+    buffers.kept.assign(slots.size(), 0);
+    for (size_t s = 0; s < slots.size(); ++s)
+      buffers.kept[s] = plan.value[s].defined() || (options.keeps_arena_slots && plan.in_arena[s]) ||
+                        (options.keeps_inputs && kept_input[s]);
+    buffers.kept_for = plan.id;
+    buffers.kept_options = kept_options;
+  }
+  const uint8_t* kept = buffers.kept.data();
   auto release = [&](int s) {
-    if (!(plan.value[s].defined() || (options.keeps_arena_slots && plan.in_arena[s]) ||
-          (options.keeps_inputs && kept_input[static_cast<size_t>(s)])))
-      buffers.release(slots[s], static_cast<size_t>(s));
+    if (!kept[s]) buffers.release(slots[s], static_cast<size_t>(s));
   };
   for (size_t k = 0; k < p.code.size();) {
     const Instruction& ins = p.code[k];

@@ -215,8 +215,12 @@ void rank1_update(int64_t m, int64_t n, T alpha, const T* a, int64_t sa, const T
 // Products below this many multiply-adds run on one thread: waking a second costs more.
 constexpr int64_t kThreadedProduct = int64_t{1} << 18;
 
-// The threads a product of this size uses.
-int product_threads(int64_t m, int64_t n, int64_t k) { return m * n * k < kThreadedProduct ? 1 : omp_get_max_threads(); }
+// The threads a product of this size uses: one inside a parallel region (a kernel that shares
+// images among the threads), where a library with its own pool (OpenBLAS) would otherwise start
+// as many threads again on cores that are busy.
+int product_threads(int64_t m, int64_t n, int64_t k) {
+  return m * n * k < kThreadedProduct || omp_in_parallel() ? 1 : omp_get_max_threads();
+}
 
 // oneDNN's JIT gemm wins from two rows and columns up; for a single row kiln's gemv streams the
 // matrix once, for a single column its dot products read each row once, and both match the best

@@ -5,12 +5,12 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "graph/node.hpp"
 #include "kiln/ops.hpp"
 #include "ops/blas.hpp"
 #include "tensor/dispatch.hpp"
+#include "tensor/isa.hpp"
 #include "tensor/loc.hpp"
 #include "tensor/parallel.hpp"
 
@@ -187,47 +187,55 @@ template <class T> struct Strided4 {
   }
 };
 
-// The unfolded patches of one group of one image: col[(c, i, j), (oy, ox)] = the input pixel that
-// filter tap (i, j) of channel c meets at output pixel (oy, ox), zero in the padding.
-template <class T> void unfold(const ConvGeometry& g, const T* x, int64_t sc, int64_t sy, int64_t sx, T* col) {
-  const int64_t P = g.pixels();
+// The output columns ox whose input column x0 + ox * stride lies inside the image: [first, last).
+std::pair<int64_t, int64_t> inside_columns(const ConvGeometry& g, int64_t x0) {
+  const int64_t first = x0 >= 0 ? 0 : (-x0 + g.stride_w - 1) / g.stride_w;
+  const int64_t last = g.width - x0 <= 0 ? 0 : std::min(g.out_w, (g.width - x0 - 1) / g.stride_w + 1);
+  return {first, std::max(first, last)};
+}
+
+// The unfolded patches of one group of one image, rows `ld` apart: col[(c, i, j), (oy, ox)] = the
+// input pixel that filter tap (i, j) of channel c meets at output pixel (oy, ox), zero in the
+// padding.
+template <class T> void unfold_loops(const ConvGeometry& g, const T* x, int64_t sc, int64_t sy, int64_t sx, T* col, int64_t ld) {
+  const int64_t out_h = g.out_h, out_w = g.out_w, stride_h = g.stride_h, stride_w = g.stride_w;
   for (int64_t c = 0; c < g.group_channels(); ++c)
-    for (int64_t i = 0; i < g.kernel_h; ++i)
+    for (int64_t i = 0; i < g.kernel_h; ++i) {
+      // The output rows whose input row lies inside the image: [top, bottom).
+      const int64_t y0 = i * g.dilation_h - g.pad_top;
+      const int64_t top = y0 >= 0 ? 0 : std::min(out_h, (-y0 + stride_h - 1) / stride_h);
+      const int64_t bottom = g.height - y0 <= 0 ? top : std::clamp((g.height - y0 - 1) / stride_h + 1, top, out_h);
       for (int64_t j = 0; j < g.kernel_w; ++j) {
-        T* row = col + ((c * g.kernel_h + i) * g.kernel_w + j) * P;
+        T* __restrict row = col + ((c * g.kernel_h + i) * g.kernel_w + j) * ld;
         const int64_t x0 = j * g.dilation_w - g.pad_left;
-        // The output columns whose input column x0 + ox * stride lies inside the image.
-        const int64_t first = x0 >= 0 ? 0 : (-x0 + g.stride_w - 1) / g.stride_w;
-        const int64_t last = g.width - x0 <= 0 ? 0 : std::min(g.out_w, (g.width - x0 - 1) / g.stride_w + 1);
-        for (int64_t oy = 0; oy < g.out_h; ++oy) {
-          T* out = row + oy * g.out_w;
-          const int64_t iy = oy * g.stride_h + i * g.dilation_h - g.pad_top;
-          if (iy < 0 || iy >= g.height || first >= last) {
-            std::fill_n(out, g.out_w, T(0));
-            continue;
-          }
-          const T* in = x + c * sc + iy * sy;
-          std::fill_n(out, first, T(0));
-          if (g.stride_w == 1 && sx == 1) std::memcpy(out + first, in + x0 + first, static_cast<size_t>(last - first) * sizeof(T));
+        const auto [first, last] = inside_columns(g, x0);
+        std::fill_n(row, top * out_w, T(0));
+        for (int64_t oy = top; oy < bottom; ++oy) {
+          T* __restrict out = row + oy * out_w;
+          const T* __restrict in = x + c * sc + (y0 + oy * stride_h) * sy;
+          for (int64_t ox = 0; ox < first; ++ox) out[ox] = T(0);
+          if (stride_w == 1 && sx == 1)
+            for (int64_t ox = first; ox < last; ++ox) out[ox] = in[x0 + ox];
           else
-            for (int64_t ox = first; ox < last; ++ox) out[ox] = in[(x0 + ox * g.stride_w) * sx];
-          std::fill(out + last, out + g.out_w, T(0));
+            for (int64_t ox = first; ox < last; ++ox) out[ox] = in[(x0 + ox * stride_w) * sx];
+          for (int64_t ox = last; ox < out_w; ++ox) out[ox] = T(0);
         }
+        std::fill(row + bottom * out_w, row + out_h * out_w, T(0));
       }
+    }
 }
 
 // The reverse of unfold: each patch entry added back to the pixel it came from (gx contiguous,
-// its group's channels zeroed first).
-template <class T> void fold(const ConvGeometry& g, const T* col, T* gx) {
-  const int64_t P = g.pixels(), plane = g.height * g.width;
+// the group's channels zeroed first).
+template <class T> void fold_loops(const ConvGeometry& g, const T* col, int64_t ld, T* gx) {
+  const int64_t plane = g.height * g.width;
   std::fill_n(gx, g.group_channels() * plane, T(0));
   for (int64_t c = 0; c < g.group_channels(); ++c)
     for (int64_t i = 0; i < g.kernel_h; ++i)
       for (int64_t j = 0; j < g.kernel_w; ++j) {
-        const T* row = col + ((c * g.kernel_h + i) * g.kernel_w + j) * P;
+        const T* row = col + ((c * g.kernel_h + i) * g.kernel_w + j) * ld;
         const int64_t x0 = j * g.dilation_w - g.pad_left;
-        const int64_t first = x0 >= 0 ? 0 : (-x0 + g.stride_w - 1) / g.stride_w;
-        const int64_t last = g.width - x0 <= 0 ? 0 : std::min(g.out_w, (g.width - x0 - 1) / g.stride_w + 1);
+        const auto [first, last] = inside_columns(g, x0);
         for (int64_t oy = 0; oy < g.out_h; ++oy) {
           const int64_t iy = oy * g.stride_h + i * g.dilation_h - g.pad_top;
           if (iy < 0 || iy >= g.height) continue;
@@ -238,43 +246,79 @@ template <class T> void fold(const ConvGeometry& g, const T* col, T* gx) {
       }
 }
 
+// Compiled for each instruction set: the rows are short (a LeNet layer's are 8 pixels), so the
+// vector width decides how few instructions copy one.
+template <class T> void unfold(const ConvGeometry& g, const T* x, int64_t sc, int64_t sy, int64_t sx, T* col, int64_t ld) {
+  for_this_cpu([=] { unfold_loops(g, x, sc, sy, sx, col, ld); });
+}
+template <class T> void fold(const ConvGeometry& g, const T* col, int64_t ld, T* gx) {
+  for_this_cpu([=] { fold_loops(g, col, ld, gx); });
+}
+
 enum class ConvPass : uint8_t { forward, grad_input, grad_filters };
 
-// Where each thread's working memory lies in a kernel's scratch: the unfolded patches, a
-// contiguous copy of one image's output gradient (when its pixels are not one run), the
-// thread's share of the filter gradient, and the matrix product's own scratch; after every
-// thread's part, a contiguous copy of the filters.
-struct ConvScratch {
-  int64_t col = 0, image = 0, partial = 0, product = 0, per_thread = 0, filters = 0;
+// Images go through the matrix products in chunks: the patches of a chunk side by side make one
+// product wide enough to run near the machine's peak (a 12 x 12 output alone gives 64 columns),
+// while a chunk's patches stay within a few MiB.
+int64_t chunk_images(const ConvGeometry& g, DType dtype, int threads) {
+  constexpr int64_t kColumns = 1024, kPatchBytes = int64_t{256} << 10;
+  const int64_t per_image = std::max<int64_t>(g.patch() * g.pixels() * dtype_size(dtype), 1);
+  const int64_t share = (g.batch + threads - 1) / threads;
+  return std::clamp<int64_t>(std::min((kColumns + g.pixels() - 1) / std::max<int64_t>(g.pixels(), 1), kPatchBytes / per_image), 1,
+                             std::max<int64_t>(share, 1));
+}
 
-  ConvScratch(const ConvGeometry& g, ConvPass pass, DType dtype) {
-    const int64_t size = dtype_size(dtype);
-    col = aligned(g.patch() * g.pixels() * size);
-    image = pass == ConvPass::forward ? 0 : aligned(g.filters * g.pixels() * size);
+// Where each thread's working memory lies in a kernel's scratch: a chunk's unfolded patches, its
+// outputs or output gradients side by side (O x chunk pixels), the thread's share of the filter
+// gradient, and the matrix product's own scratch; after every thread's part, a contiguous copy of
+// the filters.
+struct ConvScratch {
+  int64_t chunk = 1, col = 0, outputs = 0, partial = 0, product = 0, per_thread = 0, filters = 0;
+
+  ConvScratch(const ConvGeometry& g, ConvPass pass, DType dtype, int64_t chunk) : chunk(chunk) {
+    const int64_t size = dtype_size(dtype), columns = chunk * g.pixels();
+    col = aligned(g.patch() * columns * size);
+    outputs = aligned(g.filters * columns * size);
     partial = pass == ConvPass::grad_filters ? aligned(g.filters * g.patch() * size) : 0;
-    const int64_t m = g.group_filters(), n = g.pixels(), k = g.patch();
-    product = aligned(std::max({gemm_scratch_bytes(dtype, m, n, k), gemm_scratch_bytes(dtype, k, n, m),
-                                gemm_scratch_bytes(dtype, m, k, n)}));
-    per_thread = col + image + partial + product;
+    const int64_t m = g.group_filters(), k = g.patch();
+    product = aligned(std::max({gemm_scratch_bytes(dtype, m, columns, k), gemm_scratch_bytes(dtype, k, columns, m),
+                                gemm_scratch_bytes(dtype, m, k, columns)}));
+    per_thread = col + outputs + partial + product;
     filters = aligned(g.filters * g.patch() * size);
   }
-  int64_t bytes(int threads) const { return threads * per_thread + filters; }
-  // The threads the scratch has room for, at most `wanted`.
-  int fitting(std::span<std::byte> scratch, int wanted) const {
-    return static_cast<int>(std::clamp<int64_t>((static_cast<int64_t>(scratch.size()) - filters) / per_thread, 1, wanted));
+  // The scratch a pass on `threads` threads needs.
+  static int64_t bytes(const ConvGeometry& g, ConvPass pass, DType dtype, int threads) {
+    const ConvScratch layout(g, pass, dtype, chunk_images(g, dtype, threads));
+    return threads * layout.per_thread + layout.filters;
+  }
+  // The layout and thread count for a run that wants `threads` in `scratch` (planned for the
+  // threads of its time, which may have changed since): fewer threads, then smaller chunks, as
+  // the room requires.
+  static std::pair<ConvScratch, int> fitting(const ConvGeometry& g, ConvPass pass, DType dtype, int threads, std::span<std::byte> scratch) {
+    const int64_t room = static_cast<int64_t>(scratch.size());
+    for (int64_t chunk = chunk_images(g, dtype, threads);; chunk = std::max<int64_t>(chunk / 2, 1)) {
+      const ConvScratch layout(g, pass, dtype, chunk);
+      const int64_t fit = (room - layout.filters) / layout.per_thread;
+      if (fit >= 1 || chunk == 1) return {layout, static_cast<int>(std::clamp<int64_t>(fit, 1, threads))};
+    }
+  }
+  template <class T> T* col_of(std::byte* mine) const { return reinterpret_cast<T*>(mine); }
+  template <class T> T* outputs_of(std::byte* mine) const { return reinterpret_cast<T*>(mine + col); }
+  template <class T> T* partial_of(std::byte* mine) const { return reinterpret_cast<T*>(mine + col + outputs); }
+  std::span<std::byte> product_of(std::byte* mine) const {
+    return {mine + col + outputs + partial, static_cast<size_t>(product)};
   }
 };
 
-// The threads a pass over this many images uses: one per image up to the pool, none beyond one
-// for a batch of one (its products take the threads then).
+// The threads a pass over this many images uses: one per image up to the pool, only one for a
+// batch of one (its products take the threads then).
 int image_threads(const ConvGeometry& g) {
   const int64_t work = g.batch * g.filters * g.patch() * g.pixels();
   if (g.batch < 2 || work < (int64_t{1} << 18) || omp_in_parallel()) return 1;
   return static_cast<int>(std::min<int64_t>(num_threads(), g.batch));
 }
 
-// The filters as a matrix per group, O x patch, copied into scratch when their last three axes
-// are not one run.
+// The filters as a matrix, O x patch, copied into `room` when their last three axes are not one run.
 template <class T> const T* filter_matrix(const Tensor& w, const ConvGeometry& g, std::byte* room) {
   const Shape& s = w.strides();
   const bool runs = (g.kernel_w == 1 || s[3] == 1) && (g.kernel_h == 1 || s[2] == g.kernel_w) &&
@@ -290,31 +334,48 @@ template <class T> const T* filter_matrix(const Tensor& w, const ConvGeometry& g
   return copy;
 }
 
-// Image n of the output gradient as an O x pixels matrix with rows `ld` apart: in place when its
-// pixels are one run, else copied into `room`.
-template <class T> std::pair<const T*, int64_t> image_matrix(const Strided4<const T>& gy, const ConvGeometry& g, int64_t n, std::byte* room) {
-  const T* base = gy.data + n * gy.s0;
-  if ((g.out_w == 1 || gy.s3 == 1) && (g.out_h == 1 || gy.s2 == g.out_w)) return {base, gy.s1};
-  T* copy = reinterpret_cast<T*>(room);
-  for (int64_t o = 0; o < g.filters; ++o)
-    for (int64_t y = 0; y < g.out_h; ++y)
-      for (int64_t x = 0; x < g.out_w; ++x) copy[(o * g.out_h + y) * g.out_w + x] = base[o * gy.s1 + y * gy.s2 + x * gy.s3];
-  return {copy, g.pixels()};
+// Images [n0, n0 + count) of the output gradient side by side: rows[o, b * pixels + p].
+template <class T> void gather_outputs(const Strided4<const T>& gy, const ConvGeometry& g, int64_t n0, int64_t count, T* rows) {
+  const int64_t ld = count * g.pixels();
+  for (int64_t b = 0; b < count; ++b)
+    for (int64_t o = 0; o < g.filters; ++o) {
+      const T* in = gy.data + (n0 + b) * gy.s0 + o * gy.s1;
+      T* out = rows + o * ld + b * g.pixels();
+      for (int64_t y = 0; y < g.out_h; ++y)
+        for (int64_t x = 0; x < g.out_w; ++x) out[y * g.out_w + x] = in[y * gy.s2 + x * gy.s3];
+    }
 }
 
 MatrixView matrix(const void* data, int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride) {
   return {static_cast<const std::byte*>(data), rows, cols, row_stride, col_stride};
 }
 
-// Runs body(n, thread scratch, thread, whether n is the thread's first image) for every image,
-// the images shared among up to `threads`; returns the threads that ran (OpenMP may give fewer).
-template <class Body> int for_each_image(const ConvGeometry& g, int threads, const ConvScratch& layout, std::byte* scratch, Body body) {
+// Runs body(first image, image count, thread scratch, thread, whether it is the thread's first
+// chunk) for chunks of every image, the images shared among up to `threads`; returns the
+// threads that ran (OpenMP may give fewer).
+template <class Body> int for_each_chunk(const ConvGeometry& g, int threads, const ConvScratch& layout, std::byte* scratch, Body body) {
+  if (threads == 1) {
+    // One image's products below this many multiply-adds run faster on one thread than split
+    // (LeNet's second layer at batch 1: 1.6 M, 0.047 ms on one thread, 0.087 ms on two).
+    constexpr int64_t kThreadedProducts = int64_t{1} << 22;
+    const bool single = g.group_filters() * g.patch() * g.pixels() * layout.chunk < kThreadedProducts;
+    const int saved = omp_get_max_threads();
+    if (single) omp_set_num_threads(1);
+    try {
+      for (int64_t n = 0; n < g.batch; n += layout.chunk) body(n, std::min(layout.chunk, g.batch - n), scratch, 0, n == 0);
+    } catch (...) {
+      if (single) omp_set_num_threads(saved);
+      throw;
+    }
+    if (single) omp_set_num_threads(saved);
+    return 1;
+  }
   int ran = 1;
   parallel_region(threads, [&](int thread, int team) {
     if (thread == 0) ran = team;
     std::byte* mine = scratch + thread * layout.per_thread;
     const int64_t begin = g.batch * thread / team, end = g.batch * (thread + 1) / team;
-    for (int64_t n = begin; n < end; ++n) body(n, mine, thread, n == begin);
+    for (int64_t n = begin; n < end; n += layout.chunk) body(n, std::min(layout.chunk, end - n), mine, thread, n == begin);
   });
   return ran;
 }
@@ -324,25 +385,32 @@ class Conv2dKernel final : public KernelOf<Conv2d> {
   using KernelOf::KernelOf;
   int64_t scratch_bytes(const std::vector<Shape>& in, const std::vector<Shape>&) const override {
     const ConvGeometry g = op().geometry(in[0], in[1]);
-    return ConvScratch(g, ConvPass::forward, output_dtype(0)).bytes(image_threads(g));
+    return ConvScratch::bytes(g, ConvPass::forward, output_dtype(0), image_threads(g));
   }
   void run(InputValues in, OutputValues out, std::span<std::byte> scratch) const override {
     const ConvGeometry g = op().geometry(in[0].shape(), in[1].shape());
     dispatch_float(output_dtype(0), "conv2d", [&](auto tag) {
       using T = decltype(tag);
-      const ConvScratch layout(g, ConvPass::forward, output_dtype(0));
-      const int threads = layout.fitting(scratch, image_threads(g));
+      const auto [layout, threads] = ConvScratch::fitting(g, ConvPass::forward, output_dtype(0), image_threads(g), scratch);
       const T* w = filter_matrix<T>(in[1], g, scratch.data() + threads * layout.per_thread);
       const auto x = Strided4<const T>::of(in[0]);
       T* y = out[0].template data<T>();
-      const int64_t P = g.pixels(), Og = g.group_filters();
-      for_each_image(g, threads, layout, scratch.data(), [&](int64_t n, std::byte* mine, int, bool) {
-        T* col = reinterpret_cast<T*>(mine);
-        const std::span<std::byte> product(mine + layout.col, static_cast<size_t>(layout.product));
+      const int64_t P = g.pixels(), Og = g.group_filters(), K = g.patch();
+      for_each_chunk(g, threads, layout, scratch.data(), [&](int64_t n0, int64_t count, std::byte* mine, int, bool) {
+        T* col = layout.col_of<T>(mine);
+        T* rows = layout.outputs_of<T>(mine);
+        const int64_t ld = count * P;
         for (int64_t group = 0; group < g.groups; ++group) {
-          unfold(g, x.data + n * x.s0 + group * g.group_channels() * x.s1, x.s1, x.s2, x.s3, col);
-          gemm(output_dtype(0), Og, P, g.patch(), 1.0, matrix(w + group * Og * g.patch(), Og, g.patch(), g.patch(), 1),
-               matrix(col, g.patch(), P, P, 1), 0.0, reinterpret_cast<std::byte*>(y + (n * g.filters + group * Og) * P), P, product);
+          for (int64_t b = 0; b < count; ++b)
+            unfold(g, x.data + (n0 + b) * x.s0 + group * g.group_channels() * x.s1, x.s1, x.s2, x.s3, col + b * P, ld);
+          // One image: straight into y; several: side by side, then each image's rows to its place.
+          T* dest = count == 1 ? y + (n0 * g.filters + group * Og) * P : rows;
+          gemm(output_dtype(0), Og, ld, K, 1.0, matrix(w + group * Og * K, Og, K, K, 1), matrix(col, K, ld, ld, 1), 0.0,
+               reinterpret_cast<std::byte*>(dest), ld, layout.product_of(mine));
+          if (count > 1)
+            for (int64_t b = 0; b < count; ++b)
+              for (int64_t o = 0; o < Og; ++o)
+                std::copy_n(rows + o * ld + b * P, P, y + ((n0 + b) * g.filters + group * Og + o) * P);
         }
       });
     });
@@ -354,27 +422,27 @@ class Conv2dGradInputKernel final : public KernelOf<Conv2dGradInput> {
   using KernelOf::KernelOf;
   int64_t scratch_bytes(const std::vector<Shape>& in, const std::vector<Shape>&) const override {
     const ConvGeometry g = op().geometry(in[2], in[1]);
-    return ConvScratch(g, ConvPass::grad_input, output_dtype(0)).bytes(image_threads(g));
+    return ConvScratch::bytes(g, ConvPass::grad_input, output_dtype(0), image_threads(g));
   }
   void run(InputValues in, OutputValues out, std::span<std::byte> scratch) const override {
     const ConvGeometry g = op().geometry(in[2].shape(), in[1].shape());
     dispatch_float(output_dtype(0), "conv2d_grad_input", [&](auto tag) {
       using T = decltype(tag);
-      const ConvScratch layout(g, ConvPass::grad_input, output_dtype(0));
-      const int threads = layout.fitting(scratch, image_threads(g));
+      const auto [layout, threads] = ConvScratch::fitting(g, ConvPass::grad_input, output_dtype(0), image_threads(g), scratch);
       const T* w = filter_matrix<T>(in[1], g, scratch.data() + threads * layout.per_thread);
       const auto gy = Strided4<const T>::of(in[0]);
       T* gx = out[0].template data<T>();
-      const int64_t P = g.pixels(), Og = g.group_filters(), plane = g.height * g.width;
-      for_each_image(g, threads, layout, scratch.data(), [&](int64_t n, std::byte* mine, int, bool) {
-        T* col = reinterpret_cast<T*>(mine);
-        const auto [rows, ld] = image_matrix(gy, g, n, mine + layout.col);
-        const std::span<std::byte> product(mine + layout.col + layout.image, static_cast<size_t>(layout.product));
+      const int64_t P = g.pixels(), Og = g.group_filters(), K = g.patch(), plane = g.height * g.width;
+      for_each_chunk(g, threads, layout, scratch.data(), [&](int64_t n0, int64_t count, std::byte* mine, int, bool) {
+        T* col = layout.col_of<T>(mine);
+        T* rows = layout.outputs_of<T>(mine);
+        const int64_t ld = count * P;
+        gather_outputs(gy, g, n0, count, rows);
         for (int64_t group = 0; group < g.groups; ++group) {
-          // col (patch x P) = W_g^T (patch x Og) gy_g (Og x P)
-          gemm(output_dtype(0), g.patch(), P, Og, 1.0, matrix(w + group * Og * g.patch(), g.patch(), Og, 1, g.patch()),
-               matrix(rows + group * Og * ld, Og, P, ld, 1), 0.0, reinterpret_cast<std::byte*>(col), P, product);
-          fold(g, col, gx + (n * g.channels + group * g.group_channels()) * plane);
+          // col (patch x chunk pixels) = W_g^T (patch x Og) gy_g (Og x chunk pixels)
+          gemm(output_dtype(0), K, ld, Og, 1.0, matrix(w + group * Og * K, K, Og, 1, K), matrix(rows + group * Og * ld, Og, ld, ld, 1),
+               0.0, reinterpret_cast<std::byte*>(col), ld, layout.product_of(mine));
+          for (int64_t b = 0; b < count; ++b) fold(g, col + b * P, ld, gx + ((n0 + b) * g.channels + group * g.group_channels()) * plane);
         }
       });
     });
@@ -386,33 +454,32 @@ class Conv2dGradFiltersKernel final : public KernelOf<Conv2dGradFilters> {
   using KernelOf::KernelOf;
   int64_t scratch_bytes(const std::vector<Shape>& in, const std::vector<Shape>&) const override {
     const ConvGeometry g = op().geometry(in[0], in[2]);
-    return ConvScratch(g, ConvPass::grad_filters, output_dtype(0)).bytes(image_threads(g));
+    return ConvScratch::bytes(g, ConvPass::grad_filters, output_dtype(0), image_threads(g));
   }
   void run(InputValues in, OutputValues out, std::span<std::byte> scratch) const override {
     const ConvGeometry g = op().geometry(in[0].shape(), in[2].shape());
     dispatch_float(output_dtype(0), "conv2d_grad_filters", [&](auto tag) {
       using T = decltype(tag);
-      const ConvScratch layout(g, ConvPass::grad_filters, output_dtype(0));
-      const int threads = layout.fitting(scratch, image_threads(g));
+      const auto [layout, threads] = ConvScratch::fitting(g, ConvPass::grad_filters, output_dtype(0), image_threads(g), scratch);
       const auto x = Strided4<const T>::of(in[0]);
       const auto gy = Strided4<const T>::of(in[1]);
       T* gw = out[0].template data<T>();
       const int64_t P = g.pixels(), Og = g.group_filters(), K = g.patch(), total = g.filters * K;
-      // Each thread sums its images' products into its own share (the first thread straight into
+      // Each thread sums its chunks' products into its own share (the first thread straight into
       // gw), and the shares are added at the end.
-      auto share = [&](int thread) {
-        return thread == 0 ? gw : reinterpret_cast<T*>(scratch.data() + thread * layout.per_thread + layout.col + layout.image);
-      };
-      const int ran = for_each_image(g, threads, layout, scratch.data(), [&](int64_t n, std::byte* mine, int thread, bool first) {
-        T* col = reinterpret_cast<T*>(mine);
+      auto share = [&](int thread) { return thread == 0 ? gw : layout.partial_of<T>(scratch.data() + thread * layout.per_thread); };
+      const int ran = for_each_chunk(g, threads, layout, scratch.data(), [&](int64_t n0, int64_t count, std::byte* mine, int thread, bool first) {
+        T* col = layout.col_of<T>(mine);
+        T* rows = layout.outputs_of<T>(mine);
         T* acc = share(thread);
-        const auto [rows, ld] = image_matrix(gy, g, n, mine + layout.col);
-        const std::span<std::byte> product(mine + layout.col + layout.image + layout.partial, static_cast<size_t>(layout.product));
+        const int64_t ld = count * P;
+        gather_outputs(gy, g, n0, count, rows);
         for (int64_t group = 0; group < g.groups; ++group) {
-          unfold(g, x.data + n * x.s0 + group * g.group_channels() * x.s1, x.s1, x.s2, x.s3, col);
-          // gw_g (Og x patch) += gy_g (Og x P) col^T (P x patch)
-          gemm(output_dtype(0), Og, K, P, 1.0, matrix(rows + group * Og * ld, Og, P, ld, 1), matrix(col, P, K, 1, P),
-               first ? 0.0 : 1.0, reinterpret_cast<std::byte*>(acc + group * Og * K), K, product);
+          for (int64_t b = 0; b < count; ++b)
+            unfold(g, x.data + (n0 + b) * x.s0 + group * g.group_channels() * x.s1, x.s1, x.s2, x.s3, col + b * P, ld);
+          // gw_g (Og x patch) += gy_g (Og x chunk pixels) col^T (chunk pixels x patch)
+          gemm(output_dtype(0), Og, K, ld, 1.0, matrix(rows + group * Og * ld, Og, ld, ld, 1), matrix(col, ld, K, 1, ld),
+               first ? 0.0 : 1.0, reinterpret_cast<std::byte*>(acc + group * Og * K), K, layout.product_of(mine));
         }
       });
       if (g.batch == 0) std::fill_n(gw, total, T(0));
