@@ -478,3 +478,72 @@ TEST(SparseOps, AnArgumentOfTheOtherFormatOrKindIsATypeError) {
   expect_error<TypeError>([&] { g(sparse_from_dense(a, SparseFormat::csr), sparse_from_dense(a, SparseFormat::csr)); },
                           {"input 4 ('w'", "sparse matrix", "input is dense", "to_dense()"});
 }
+
+TEST(SparseOps, SparseAndDenseSumsBroadcastAndPassTheirGradientChecks) {
+  const Tensor a = sparse_dense(3, 4, 51), m = random_tensor({3, 4}, f64, -1, 1, 52), cols = random_tensor({4}, f64, -1, 1, 53);
+  const std::vector<double> av = a.to_vector<double>(), mv = m.to_vector<double>(), cv = cols.to_vector<double>();
+  std::vector<double> plus_cols(12), minus_m(12), m_minus(12), plus_two(12);
+  for (int i = 0; i < 12; ++i) {
+    plus_cols[i] = av[i] + cv[i % 4];
+    minus_m[i] = av[i] - mv[i];
+    m_minus[i] = mv[i] - av[i];
+    plus_two[i] = av[i] + 2;
+  }
+  for (SparseFormat format : kFormats) {
+    SCOPED_TRACE(sparse_format_name(format));
+    SparseVar x = sparse_input(format, "x");
+    Var d = matrix("d", f64), t = vector("t", f64);
+    const std::vector<Tensor> out = function({x, d, t}, {x + t, x - d, d - x, 2.0 + x})(sparse_from_dense(a, format), m, cols);
+    expect_values(out[0], plus_cols, 1e-12);
+    expect_values(out[1], minus_m, 1e-12);
+    expect_values(out[2], m_minus, 1e-12);
+    expect_values(out[3], plus_two, 1e-12);
+    const SparseTensor value = sparse_from_dense(a, format);
+    verify_grad([&](std::vector<Var> v) { return tanh(with_pattern(v[0], value) + v[1]); }, {value.data(), m});
+    verify_grad([&](std::vector<Var> v) { return tanh(v[1] - with_pattern(v[0], value)); }, {value.data(), cols});
+    verify_rop([&](std::vector<Var> v) { return with_pattern(v[0], value) + v[1]; }, {value.data(), m});
+  }
+}
+
+TEST(SparseOps, SparseGradOfRowLookupsStoresOnlyTheRowsUsedAndUpdatesInPlace) {
+  const Tensor w0 = random_tensor({6, 3}, f64, -1, 1, 61);
+  Shared W = shared(w0, "W");
+  const Tensor rows = Tensor::from(std::vector<int64_t>{4, 1, 4, -1}, {2, 2});  // 2-D, a repeat, a negative row
+  const Tensor c = random_tensor({2, 2, 3}, f64, -1, 1, 62);
+  Var lookup = take(W, constant(rows)), other = take(W, constant(Tensor::from(std::vector<int32_t>{2})));
+  Var cost = sum(lookup * constant(c)) + sum(square(other));
+  const SparseVar g = sparse_grad(cost, W);
+  EXPECT_EQ(g.format(), SparseFormat::csr);
+  Function look = function({}, {dense(g), grad(cost, Var(W)), g.indptr(), g.data()});
+  std::vector<Tensor> out = look();
+  expect_values(out[0], out[1].to_vector<double>(), 1e-12);  // the same gradient, stored sparsely
+  expect_values(out[2], {0, 0, 3, 6, 6, 12, 15}, 0);         // rows 1, 2, 4 (twice), 5 only
+  EXPECT_EQ(out[3].numel(), 15);
+  // The update touches the rows used, in W's own buffer.
+  Function step = function({}, {}, {.updates = {{W, W - 0.5 * g}}});
+  const void* before = W.get_value({.borrow = true}).raw_data();
+  step();
+  const Tensor after = W.get_value({.borrow = true});
+  EXPECT_EQ(after.raw_data(), before) << "W - rate * g is written over W";
+  std::vector<double> want = w0.to_vector<double>();
+  const std::vector<double> dense_g = out[1].to_vector<double>();
+  for (size_t i = 0; i < want.size(); ++i) want[i] -= 0.5 * dense_g[i];
+  expect_values(after, want, 1e-12);
+  // Its gradient with respect to the looked-up rows' gradient (through the data) is checked too.
+  verify_grad([&](std::vector<Var> v) {
+    Var e = v[0];
+    return dense(sparse_grad(sum(take(e, constant(rows)) * constant(c) * take(e, constant(rows))), e));
+  }, {w0});
+}
+
+TEST(SparseOps, SparseGradRefusesAMatrixReadOtherwiseThanByRows) {
+  Var W = matrix("W", f64), x = matrix("x", f64);
+  expect_error<GradError>([&] { sparse_grad(sum(dot(x, W)) + sum(take(W, constant(Tensor::from(std::vector<int64_t>{0})))), W); },
+                          {"sparse_grad", "dot", "not only by row lookups", "grad()"});
+  expect_error<GradError>([&] { sparse_grad(sum(take(W, constant(Tensor::from(std::vector<int64_t>{0})), 1)), W); },
+                          {"take{axis=1}"});
+  expect_error<GradError>([&] { sparse_grad(sum(x), W); }, {"does not depend on the matrix"});
+  Var ids = vector("ids", i64);
+  Function f = function({W, ids}, {dense(sparse_grad(sum(take(W, ids)), W))});
+  expect_error<ShapeError>([&] { f(random_tensor({3, 2}), Tensor::from(std::vector<int64_t>{3})); }, {"take", "index 3", "out of bounds"});
+}

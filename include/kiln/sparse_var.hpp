@@ -87,9 +87,14 @@ SparseVar operator*(const Operand& dense_value, const SparseOperand& x);
 // The elementwise product of two sparse matrices of one format and shape: a's pattern, each entry
 // times b's value there (0 where b stores nothing).
 SparseVar operator*(const SparseOperand& a, const SparseOperand& b);
-// x + a dense value: dense, as NumPy's sum of a sparse and a dense matrix.
+// x + a dense value (a number, a vector of x's columns or a matrix broadcast to x's shape):
+// dense, as NumPy's sum of a sparse and a dense matrix. Where the dense value is a matrix of x's
+// shape that is not needed afterwards (W <- W - rate * g for a sparse g), the sum is written over
+// it and only x's stored entries are touched.
 Var operator+(const SparseOperand& x, const Operand& dense_value);
 Var operator+(const Operand& dense_value, const SparseOperand& x);
+Var operator-(const SparseOperand& x, const Operand& dense_value);
+Var operator-(const Operand& dense_value, const SparseOperand& x);
 
 // The dense matrix (repeated entries summed).
 Var dense(const SparseVar& x, Loc loc = Loc::current());
@@ -134,5 +139,11 @@ Var sum(const SparseVar& x, int64_t axis, Loc loc = Loc::current());
 
 // The gradient of cost with respect to x's stored entries, with x's pattern (structured).
 SparseVar structured_grad(const Var& cost, const SparseVar& x, Loc loc = Loc::current());
+// The gradient of cost with respect to a dense float matrix W that cost reads only through row
+// lookups take(W, rows) (an embedding), as a CSR matrix of W's shape that stores only the rows
+// looked up (Theano's sparse_grad): a row looked up twice is stored twice, and repeats sum. An
+// update {W, W - rate * g} then touches only those rows, written over W's own buffer. GradError
+// when W is read any other way (grad() gives the dense gradient then).
+SparseVar sparse_grad(const Var& cost, const Var& W, Loc loc = Loc::current());
 
 }  // namespace kiln

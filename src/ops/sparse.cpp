@@ -4,12 +4,15 @@
 
 #include <algorithm>
 #include <cstring>
+#include <unordered_set>
 
+#include "graph/node.hpp"
 #include "kiln/grad.hpp"
 #include "kiln/ops.hpp"
 #include "kiln/sparse_var.hpp"
 #include "ops/elemwise.hpp"
 #include "ops/reduce.hpp"
+#include "ops/subtensor.hpp"
 #include "tensor/copy.hpp"
 #include "tensor/dispatch.hpp"
 #include "tensor/isa.hpp"
@@ -403,6 +406,71 @@ std::vector<Var> SparseSample::L_op(const Node& node, const std::vector<Var>& g)
   const std::vector<Var>& in = node.inputs;
   const Var g_data = apply1(std::make_shared<SparseSample>(format()), {g[0], in[4], in[5], in[6], in[1], in[2], in[3]}, node.loc);
   return {g_data, Var(), Var(), Var(), Var(), Var(), Var()};
+}
+
+// ---- SparseAddDense
+
+std::vector<Type> SparseAddDense::infer_types(const std::vector<Type>& in) const {
+  if (in.size() != 5) throw TypeError(name() + ": takes data, indices, indptr, shape and a dense value");
+  expect_vector(name(), "data", in[0], true);
+  expect_vector(name(), "indices", in[1], false);
+  expect_vector(name(), "indptr", in[2], false);
+  expect_vector(name(), "shape", in[3], false);
+  if (in[4].ndim() > 2 || in[4].dtype != in[0].dtype)
+    throw TypeError(name() + ": the dense value must have at most 2 dimensions and the sparse matrix's dtype " +
+                    dtype_name(in[0].dtype) + ", got " + in[4].str());
+  return {Type{in[0].dtype, {false, false}}};
+}
+
+std::vector<Shape> SparseAddDense::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>& values) const {
+  if (in[0] != in[1])
+    throw ShapeError(name() + ": data " + shape_str(in[0]) + " and indices " + shape_str(in[1]) + " must have one entry per stored value");
+  if (!values[3]) throw ShapeError(name() + ": the result's shape is known only from the sparse matrix's shape value");
+  const auto [rows, cols] = shape_value(*this, *values[3]);
+  const Shape& d = in[4];
+  const int64_t d_rows = d.size() == 2 ? d[0] : 1, d_cols = d.empty() ? 1 : d.back();
+  if ((d_rows != rows && d_rows != 1) || (d_cols != cols && d_cols != 1))
+    throw ShapeError(name() + ": the dense value " + shape_str(d) + " does not broadcast to the sparse matrix's shape (" +
+                     std::to_string(rows) + ", " + std::to_string(cols) + ")");
+  return {{rows, cols}};
+}
+
+std::vector<Var> SparseAddDense::L_op(const Node& node, const std::vector<Var>& g) const {
+  const Var g_data = apply1(std::make_shared<SparseGather>(format()), {g[0], node.inputs[1], node.inputs[2], node.inputs[3]}, node.loc);
+  // The dense value's axes that broadcasting added (a vector's rows, a number's both) are summed
+  // away first.
+  const Var& d = node.inputs[4];
+  Var g_dense = g[0];
+  if (d.ndim() < 2) g_dense = d.ndim() == 1 ? sum(g_dense, {0}, false, node.loc) : sum(g_dense, {}, false, node.loc);
+  return {g_data, Var(), Var(), Var(), sum_to_shape_of(g_dense, d, node.loc)};
+}
+
+// ---- RowLookupGrad
+
+std::vector<Type> RowLookupGrad::infer_types(const std::vector<Type>& in) const {
+  if (in.size() != 3) throw TypeError(name() + ": takes the looked-up rows, their gradients and the matrix");
+  expect_vector(name(), "rows", in[0], false);
+  if (in[2].ndim() != 2 || !is_float(in[2].dtype))
+    throw TypeError(name() + ": the looked-up matrix must be a float matrix, got " + in[2].str());
+  expect_matrix(name(), "the rows' gradient", in[1], in[2].dtype);
+  return {Type{in[2].dtype, {false}}, Type{DType::i64, {false}}, Type{DType::i64, {false}}, Type{DType::i64, {false}}};
+}
+
+std::vector<Shape> RowLookupGrad::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
+  const int64_t n = in[0][0], cols = in[2][1];
+  if (in[1] != Shape{n, cols})
+    throw ShapeError(name() + ": " + std::to_string(n) + " rows looked up in a matrix " + shape_str(in[2]) +
+                     " need a gradient of shape " + shape_str({n, cols}) + ", got " + shape_str(in[1]));
+  return {{n * cols}, {n * cols}, {in[2][0] + 1}, {n}};
+}
+
+// data[positions[i] * cols + c] = g[i, c]: linear in g, its gradient reads the data's gradient back
+// at each lookup's place.
+std::vector<Var> RowLookupGrad::L_op(const Node& node, const std::vector<Var>& g) const {
+  if (!g[0].defined()) return {Var(), Var(), Var()};
+  const Var& rows_gradient = node.inputs[1];
+  const Var by_row = reshape(g[0], shape_of(rows_gradient, node.loc), 2, node.loc);
+  return {Var(), take(by_row, node.output(3), 0, node.loc), Var()};
 }
 
 // ---- kernels
@@ -865,7 +933,74 @@ class SparseSampleKernel final : public KernelOf<SparseSample> {
 
 }  // namespace
 
+class SparseAddDenseKernel final : public KernelOf<SparseAddDense> {
+ public:
+  using KernelOf::KernelOf;
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
+    const SparseFormat format = op().format();
+    const auto [rows, cols, p] = checked_matrix(op(), format, in[1], in[2], in[3]);
+    Tensor& o = out[0];
+    const Tensor& d = in[4];
+    // Written over d (in place), only the stored entries change.
+    if (!(o.raw_data() == d.raw_data() && o.shape() == d.shape() && o.strides() == d.strides())) copy_broadcast(o, d);
+    dispatch_float(in[0].dtype(), "sparse_add_dense", [&](auto zero) {
+      using T = decltype(zero);
+      const T* v = in[0].data<T>();
+      const int64_t vs = in[0].strides()[0];
+      T* po = o.data<T>();
+      const int64_t ors = o.strides()[0], ocs = o.strides()[1];
+      for (int64_t m = 0; m < p.n_major; ++m)
+        for (int64_t k = p.indptr[m]; k < p.indptr[m + 1]; ++k) po[p.row(format, m, k) * ors + p.col(format, m, k) * ocs] += v[k * vs];
+    });
+  }
+};
+
+class RowLookupGradKernel final : public KernelOf<RowLookupGrad> {
+ public:
+  using KernelOf::KernelOf;
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
+    const Tensor &rows = in[0], &g = in[1];
+    const int64_t n = rows.numel(), n_rows = in[2].shape()[0], cols = in[2].shape()[1];
+    const int64_t* r = rows.data<int64_t>();
+    const int64_t rs = rows.strides()[0];
+    int64_t* indptr = out[2].data<int64_t>();
+    int64_t* positions = out[3].data<int64_t>();
+    auto row_of = [&](int64_t i) {
+      const int64_t v = r[i * rs], row = v < 0 ? v + n_rows : v;
+      if (row < 0 || row >= n_rows)
+        throw ShapeError(op().name() + ": row " + std::to_string(v) + " (lookup " + std::to_string(i) + ") is out of range for a matrix of " +
+                         std::to_string(n_rows) + " rows");
+      return row;
+    };
+    // A counting sort of the lookups by row, stable: indptr[r + 1] counts row r, then its end;
+    // placing the lookups from the last leaves indptr[r + 1] at row r's start.
+    std::fill_n(indptr, n_rows + 1, int64_t{0});
+    for (int64_t i = 0; i < n; ++i) ++indptr[row_of(i) + 1];
+    for (int64_t q = 0; q < n_rows; ++q) indptr[q + 1] += indptr[q];
+    for (int64_t i = n; i-- > 0;) positions[i] = --indptr[row_of(i) + 1];
+    for (int64_t q = 0; q < n_rows; ++q) indptr[q] = indptr[q + 1];
+    indptr[n_rows] = n;
+    for (int64_t q = 0; q <= n_rows; ++q) indptr[q] *= cols;
+    int64_t* indices = out[1].data<int64_t>();
+    dispatch_float(g.dtype(), "row_lookup_grad", [&](auto zero) {
+      using T = decltype(zero);
+      const T* pg = g.data<T>();
+      const int64_t grs = g.strides()[0], gcs = g.strides()[1];
+      T* data = out[0].data<T>();
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t at = positions[i] * cols;
+        for (int64_t c = 0; c < cols; ++c) {
+          data[at + c] = pg[i * grs + c * gcs];
+          indices[at + c] = c;
+        }
+      }
+    });
+  }
+};
+
 void add_sparse_kernels(KernelTable& table) {
+  table.add<SparseAddDense, SparseAddDenseKernel>();
+  table.add<RowLookupGrad, RowLookupGradKernel>();
   table.add<SparseDot, SparseDotKernel>();
   table.add<SamplingDot, SamplingDotKernel>();
   table.add<SparseGather, SparseGatherKernel>();
@@ -1023,10 +1158,60 @@ SparseVar col_scale(const SparseVar& x, const Var& s, Loc loc) {
 }
 
 Var operator+(const SparseOperand& x, const Operand& dense_value) {
-  return Operand(dense(x.var, x.loc), x.loc) + Operand(dense_value.var, x.loc);
+  const SparseVar& s = x.var;
+  const Var& d = dense_value.var;
+  if (!d.defined() || d.ndim() > 2 || !(is_float(d.dtype()) || d.dtype() == DType::i32 || d.dtype() == DType::i64 || d.dtype() == DType::b8))
+    throw TypeError("sparse + dense: " + s.str() + " + " + (d.defined() ? d.type().str() : std::string("nothing")) +
+                    ": the dense value must be a number, vector or matrix (at " + loc_str(x.loc) + ")");
+  const Var weak_free = d.get()->weak ? cast(d, s.dtype(), x.loc) : d;
+  const DType dtype = result_dtype({s.data(), weak_free});
+  const DType float_dtype = is_float(dtype) ? dtype : DType::f64;
+  return apply1(std::make_shared<SparseAddDense>(s.format()),
+                {cast(s.data(), float_dtype, x.loc), s.indices(), s.indptr(), s.shape(), cast(weak_free, float_dtype, x.loc)}, x.loc);
 }
-Var operator+(const Operand& dense_value, const SparseOperand& x) {
-  return Operand(dense_value.var, x.loc) + Operand(dense(x.var, x.loc), x.loc);
+Var operator+(const Operand& dense_value, const SparseOperand& x) { return x + dense_value; }
+Var operator-(const SparseOperand& x, const Operand& dense_value) { return x + Operand(-dense_value.var, x.loc); }
+Var operator-(const Operand& dense_value, const SparseOperand& x) { return -x + dense_value; }
+
+SparseVar sparse_grad(const Var& cost, const Var& W, Loc loc) {
+  const std::string what = "sparse_grad(cost, " + (W.defined() ? W.type().str() : std::string("nothing")) + ") at " + loc_str(loc);
+  if (!cost.defined() || !W.defined()) throw GradError(what + ": the cost and the matrix must be defined");
+  if (W.ndim() != 2 || !is_float(W.dtype()))
+    throw GradError(what + ": the matrix must be a float matrix (an embedding); use grad() for other values");
+  // Every use of W on the way to the cost must be a lookup of its rows.
+  std::vector<Var> lookups;
+  std::unordered_set<const Node*> seen;
+  std::vector<const Node*> pending;
+  if (cost.get()->owner) pending.push_back(cost.get()->owner);
+  while (!pending.empty()) {
+    const Node* n = pending.back();
+    pending.pop_back();
+    if (!seen.insert(n).second) continue;
+    for (size_t i = 0; i < n->inputs.size(); ++i) {
+      const Var& in = n->inputs[i];
+      if (in.get() == W.get()) {
+        const auto* take_op = dynamic_cast<const Take*>(n->op.get());
+        if (!take_op || take_op->axis() != 0 || i != 0)
+          throw GradError(what + ": the matrix is read by " + n->op->name() + " (" + n->origin() +
+                          "), not only by row lookups take(W, rows); use grad() for its dense gradient");
+        lookups.push_back(n->output(0));
+      }
+      if (in.get()->owner) pending.push_back(in.get()->owner);
+    }
+  }
+  if (lookups.empty()) throw GradError(what + ": the cost does not depend on the matrix");
+  const std::vector<Var> gradients = grad(cost, lookups);
+  std::vector<Var> rows, row_gradients;
+  for (size_t k = 0; k < lookups.size(); ++k) {
+    const Node& lookup = *lookups[k].get()->owner;
+    const Var flat_rows = cast(flatten(lookup.inputs[1], 1, loc), DType::i64, loc);
+    rows.push_back(flat_rows);
+    row_gradients.push_back(reshape(gradients[k], stack({shape_of(flat_rows, loc)[0], shape_of(W, loc)[1]}, 0, loc), 2, loc));
+  }
+  const Var all_rows = rows.size() == 1 ? rows[0] : concatenate(rows, 0, loc);
+  const Var all_gradients = row_gradients.size() == 1 ? row_gradients[0] : concatenate(row_gradients, 0, loc);
+  const std::vector<Var> out = apply(std::make_shared<RowLookupGrad>(), {all_rows, cast(all_gradients, W.dtype(), loc), W}, loc);
+  return SparseVar(SparseFormat::csr, out[0], out[1], out[2], shape_of(W, loc), loc);
 }
 
 Var dot(const SparseVar& x, const Var& dense_matrix, Loc loc) {

@@ -197,6 +197,36 @@ class SparseSample final : public SparseFormatOp {
   std::string with_format_name() const { return std::string("sparse_sample{") + sparse_format_name(format()) + "}"; }
 };
 
+// x + d for sparse x and dense d broadcast to x's shape (NumPy): inputs data, indices, indptr,
+// shape, d; output the dense sum. The planner may write it over d (d of the sum's shape, dying here
+// or the shared variable the sum updates): then only x's stored entries are touched.
+class SparseAddDense final : public SparseFormatOp {
+ public:
+  using SparseFormatOp::SparseFormatOp;
+  std::string name() const override { return std::string("sparse_add_dense{") + sparse_format_name(format()) + "}"; }
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
+  std::vector<int> needs_input_values() const override { return {3}; }
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+  std::vector<std::pair<int, int>> inplace_options() const override { return {{0, 4}}; }
+  bool checks_values_before_writing() const override { return true; }
+};
+
+// The gradient of row lookups take(W, rows) as a CSR matrix of W's shape (Theano's sparse_grad):
+// inputs rows (1-D i64, negative counted from the end), g (one gradient row per lookup:
+// len(rows) x cols) and W (read for its shape). Outputs data, indices and indptr, where row r
+// stores the cols entries of each lookup of r in lookup order (repeats sum, as everywhere), and
+// positions: where lookup i's row landed, counted in rows of the data.
+class RowLookupGrad final : public Op {
+ public:
+  void params(OpParams&) const override {}
+  std::string name() const override { return "row_lookup_grad"; }
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+  std::vector<int> shape_only_inputs() const override { return {2}; }
+};
+
 SparseFormat transposed(SparseFormat format);
 
 void add_sparse_kernels(KernelTable& table);
