@@ -731,6 +731,21 @@ TEST(OracleSweep, EveryDifferentiableOpPassesVerifyGradAndVerifyRopInF64) {
   const Tensor dist = random_tensor({3, 4}, f64, 0, 1, 7), prob = random_tensor({3, 4}, f64, 0.05, 0.95, 8);
   const Tensor image = random_tensor({2, 4, 5, 6}, f64, -1, 1, 9), filters = random_tensor({3, 4, 3, 2}, f64, -1, 1, 10);
   const Tensor filters_of_groups = random_tensor({4, 2, 2, 3}, f64, -1, 1, 11);
+  // Sparse matrices of a fixed pattern whose data is the variable (their structured gradients).
+  auto masked = [](const Tensor& t) {
+    std::vector<double> v = t.to_vector<double>();
+    for (size_t i = 0; i < v.size(); ++i)
+      if (i % 3 == 1) v[i] = 0;
+    return Tensor::from(v, t.shape());
+  };
+  const SparseTensor csr_value = sparse_from_dense(masked(m), SparseFormat::csr), csc_value = sparse_from_dense(masked(m2), SparseFormat::csc);
+  const SparseTensor csr_square = sparse_from_dense(masked(random_tensor({4, 4}, f64, -2, 2, 12)), SparseFormat::csr);
+  const Tensor row_major_4x3 = random_tensor({4, 3}, f64, -2, 2, 13), two_by_3 = random_tensor({2, 3}, f64, -2, 2, 14);
+  const Tensor four_by_4 = random_tensor({4, 4}, f64, -2, 2, 15);
+  auto on = [](const Var& data, const SparseTensor& value) {
+    return SparseVar(value.format(), data, constant(value.indices()), constant(value.indptr()),
+                     constant(Tensor::from(std::vector<int64_t>{value.shape()[0], value.shape()[1]})));
+  };
   const Var labels = constant(Tensor::from(std::vector<int64_t>{0, 3, 1}));
   using V = std::vector<Var>;
   const std::vector<GradientCase> cases{
@@ -792,6 +807,13 @@ TEST(OracleSweep, EveryDifferentiableOpPassesVerifyGradAndVerifyRopInF64) {
       {"conv2d same stride groups dilation", [](V v) { return conv2d(v[0], v[1], {.stride = {2, 1}, .padding = Padding::same, .dilation = {1, 2}, .groups = 2}); },
        {image, filters_of_groups}},
       {"conv2d full", [](V v) { return tanh(conv2d(v[0], v[1], {.padding = Padding::full})); }, {image, filters}},
+      {"sparse dot dense", [=](V v) { return dot(on(v[0], csr_value), v[1]); }, {csr_value.data(), row_major_4x3}},
+      {"dense dot sparse csc", [=](V v) { return dot(v[1], on(v[0], csc_value)); }, {csc_value.data(), two_by_3}},
+      {"sparse dot sparse", [=](V v) { return dense(dot(on(v[0], csr_value), on(v[1], csr_square))); }, {csr_value.data(), csr_square.data()}},
+      {"sparse + dense", [=](V v) { return tanh(on(v[0], csc_value) + v[1]); }, {csc_value.data(), m}},
+      {"sampling_dot", [=](V v) { return dense(sampling_dot(v[1], v[2], on(v[0], csr_value))); }, {csr_value.data(), m, four_by_4}},
+      {"structured exp", [=](V v) { return dense(structured(on(v[0], csr_value), exp)); }, {csr_value.data()}},
+      {"sparse sums", [=](V v) { return sum(on(v[0], csc_value), 0) * sum(on(v[0], csc_value), 1)[1]; }, {csc_value.data()}},
       {"transpose", [](V v) { return transpose(v[0]) * 2.0; }, {m}},
       {"dimshuffle", [](V v) { return dimshuffle(v[0], {1, -1, 0}) * 2.0; }, {m}},
       {"reshape", [](V v) { return reshape(v[0], {2, 6}) * 3.0; }, {m}},

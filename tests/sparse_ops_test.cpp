@@ -547,3 +547,41 @@ TEST(SparseOps, SparseGradRefusesAMatrixReadOtherwiseThanByRows) {
   Function f = function({W, ids}, {dense(sparse_grad(sum(take(W, ids)), W))});
   expect_error<ShapeError>([&] { f(random_tensor({3, 2}), Tensor::from(std::vector<int64_t>{3})); }, {"take", "index 3", "out of bounds"});
 }
+
+TEST(SparseOps, ProductsOfTwoSparseMatricesMatchTheDenseProductAndAreSizedWhenTheyRun) {
+  const Tensor a = sparse_dense(6, 5, 71), b = sparse_dense(5, 7, 72);
+  // A row of a with nothing stored, and a column of b with nothing stored.
+  std::vector<double> av = a.to_vector<double>(), bv = b.to_vector<double>();
+  for (int c = 0; c < 5; ++c) av[2 * 5 + c] = 0;
+  for (int r = 0; r < 5; ++r) bv[r * 7 + 3] = 0;
+  const Tensor a2 = Tensor::from(av, {6, 5}), b2 = Tensor::from(bv, {5, 7});
+  const std::vector<double> want = dense_dot(a2, b2).to_vector<double>();
+  for (SparseFormat format : kFormats) {
+    SCOPED_TRACE(sparse_format_name(format));
+    SparseVar x = sparse_input(format, "x"), y = sparse_input(format, "y");
+    const SparseVar product = dot(x, y);
+    EXPECT_EQ(product.format(), format);
+    Function f = function({x, y}, {dense(product), product.indices(), product.indptr()});
+    const std::vector<Tensor> out = f(sparse_from_dense(a2, format), sparse_from_dense(b2, format));
+    expect_values(out[0], want, 1e-12);
+    // Indices sorted within each segment; no entry stored twice.
+    const auto indices = out[1].to_vector<int64_t>(), indptr = out[2].to_vector<int64_t>();
+    for (size_t m = 0; m + 1 < indptr.size(); ++m)
+      for (int64_t k = indptr[m] + 1; k < indptr[m + 1]; ++k) EXPECT_LT(indices[k - 1], indices[k]);
+    bool listed = false;
+    for (const std::string& u : f.memory_report().unplanned) listed = listed || u.find("sparse_product") != std::string::npos;
+    EXPECT_TRUE(listed) << "the memory report names the product whose size depends on the values";
+    // Another pattern, another size, through the same function.
+    const Tensor c = sparse_dense(6, 5, 73);
+    expect_values(f(sparse_from_dense(c, format), sparse_from_dense(b2, format))[0], dense_dot(c, b2).to_vector<double>(), 1e-12);
+    const SparseTensor va = sparse_from_dense(a2, format), vb = sparse_from_dense(b2, format);
+    verify_grad([&](std::vector<Var> v) { return tanh(dense(dot(with_pattern(v[0], va), with_pattern(v[1], vb)))); }, {va.data(), vb.data()});
+    verify_rop([&](std::vector<Var> v) { return dense(dot(with_pattern(v[0], va), with_pattern(v[1], vb))); }, {va.data(), vb.data()});
+  }
+  SparseVar x = csr_matrix("x", f64), z = csc_matrix("z", f64);
+  expect_error<TypeError>([&] { dot(x, z); }, {"one format", "to_csr"});
+  SparseVar y = csr_matrix("y", f64);
+  Function f = function({x, y}, {dense(dot(x, y))});
+  expect_error<ShapeError>([&] { f(sparse_from_dense(a2, SparseFormat::csr), sparse_from_dense(a2, SparseFormat::csr)); },
+                           {"sparse_product{csr}", "(6, 5)", "columns must match b's rows"});
+}

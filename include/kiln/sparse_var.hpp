@@ -118,6 +118,10 @@ SparseVar col_scale(const SparseVar& x, const Var& s, Loc loc = Loc::current());
 // product's gradient sampled at x's stored entries.
 Var dot(const SparseVar& x, const Var& dense_matrix, Loc loc = Loc::current());
 Var dot(const Var& dense_matrix, const SparseVar& x, Loc loc = Loc::current());
+// The product of two sparse matrices of one format: sparse, of that format, its indices sorted in
+// each row (column). Its size depends on the patterns and is found when it runs. The gradients
+// with respect to both sides' data are structured.
+SparseVar dot(const SparseVar& a, const SparseVar& b, Loc loc = Loc::current());
 // p * (a . b^T) computed only at p's stored entries (a: m x k, b: n x k, p: m x n).
 SparseVar sampling_dot(const Var& a, const Var& b, const SparseVar& p, Loc loc = Loc::current());
 

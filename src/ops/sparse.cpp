@@ -473,6 +473,85 @@ std::vector<Var> RowLookupGrad::L_op(const Node& node, const std::vector<Var>& g
   return {Var(), take(by_row, node.output(3), 0, node.loc), Var()};
 }
 
+// ---- SparseProduct
+
+std::vector<Type> SparseProduct::infer_types(const std::vector<Type>& in) const {
+  if (in.size() != 8) throw TypeError(name() + ": takes two sparse matrices' data, indices, indptr and shape");
+  for (size_t side : {0, 4}) {
+    expect_vector(name(), "data", in[side], true);
+    expect_vector(name(), "indices", in[side + 1], false);
+    expect_vector(name(), "indptr", in[side + 2], false);
+    expect_vector(name(), "shape", in[side + 3], false);
+  }
+  if (in[0].dtype != in[4].dtype)
+    throw TypeError(name() + ": both matrices must have one dtype, got " + in[0].str() + " and " + in[4].str());
+  return {Type{in[0].dtype, {false}}, Type{DType::i64, {false}}, Type{DType::i64, {false}}};
+}
+
+namespace {
+
+// The product in segment terms: CSR multiplies a's rows by b's rows (first a, then b), CSC b's
+// columns by a's columns (first b, then a); segment i of the result gathers, for each entry
+// (k, v) of the first's segment i, the second's segment k times v.
+struct ProductOperands {
+  Pattern first, second;
+  int64_t first_data, second_data;  // input positions of their data
+  int64_t rows, cols;               // the product's shape
+};
+
+ProductOperands product_operands(const Op& op, SparseFormat format, const Tensor& a_indices, const Tensor& a_indptr, const Tensor& a_shape,
+                                 const Tensor& b_indices, const Tensor& b_indptr, const Tensor& b_shape);
+
+// The entries of each segment of the product, counted with `marker` (one entry per minor index
+// of the result, -1 or a segment index); returns the total.
+int64_t count_product(const ProductOperands& p, int64_t* marker, int64_t* counts) {
+  std::fill_n(marker, p.second.n_minor, int64_t{-1});
+  int64_t total = 0;
+  for (int64_t i = 0; i < p.first.n_major; ++i) {
+    int64_t count = 0;
+    for (int64_t e = p.first.indptr[i]; e < p.first.indptr[i + 1]; ++e) {
+      const int64_t k = p.first.indices[e];
+      for (int64_t f = p.second.indptr[k]; f < p.second.indptr[k + 1]; ++f)
+        if (marker[p.second.indices[f]] != i) marker[p.second.indices[f]] = i, ++count;
+    }
+    if (counts) counts[i + 1] = count;
+    total += count;
+  }
+  return total;
+}
+
+}  // namespace
+
+std::vector<Shape> SparseProduct::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>& values) const {
+  for (size_t side : {0, 4})
+    if (in[side] != in[side + 1])
+      throw ShapeError(name() + ": data " + shape_str(in[side]) + " and indices " + shape_str(in[side + 1]) +
+                       " must have one entry per stored value");
+  for (int i : needs_input_values())
+    if (!values[static_cast<size_t>(i)]) throw ShapeError(name() + ": the product's size is known only from both patterns' values");
+  const ProductOperands p = product_operands(*this, format(), *values[1], *values[2], *values[3], *values[5], *values[6], *values[7]);
+  std::vector<int64_t> marker(static_cast<size_t>(std::max<int64_t>(p.second.n_minor, 1)));
+  const int64_t nnz = count_product(p, marker.data(), nullptr);
+  return {{nnz}, {nnz}, {p.first.n_major + 1}};
+}
+
+// Structured, as the products with dense matrices: the gradient of each side's data is the
+// product of g's matrix with the other side transposed, sampled at that side's pattern.
+std::vector<Var> SparseProduct::L_op(const Node& node, const std::vector<Var>& g) const {
+  const std::vector<Var>& in = node.inputs;
+  const Loc loc = node.loc;
+  const SparseVar a(format(), in[0], in[1], in[2], in[3], loc), b(format(), in[4], in[5], in[6], in[7], loc);
+  const SparseVar grad_c(format(), g[0], node.output(1), node.output(2), stack({in[3][0], in[7][1]}, 0, loc), loc);
+  auto in_format = [&](const SparseVar& x) { return format() == SparseFormat::csr ? to_csr(x, loc) : to_csc(x, loc); };
+  auto sampled_at = [&](const SparseVar& value, const SparseVar& pattern) {
+    return apply1(std::make_shared<SparseSample>(format()),
+                  {value.data(), value.indices(), value.indptr(), value.shape(), pattern.indices(), pattern.indptr(), pattern.shape()}, loc);
+  };
+  const Var g_a = sampled_at(dot(grad_c, in_format(transpose(b, loc)), loc), a);
+  const Var g_b = sampled_at(dot(in_format(transpose(a, loc)), grad_c, loc), b);
+  return {g_a, Var(), Var(), Var(), g_b, Var(), Var(), Var()};
+}
+
 // ---- kernels
 
 namespace {
@@ -931,7 +1010,6 @@ class SparseSampleKernel final : public KernelOf<SparseSample> {
   }
 };
 
-}  // namespace
 
 class SparseAddDenseKernel final : public KernelOf<SparseAddDense> {
  public:
@@ -998,7 +1076,73 @@ class RowLookupGradKernel final : public KernelOf<RowLookupGrad> {
   }
 };
 
+ProductOperands product_operands(const Op& op, SparseFormat format, const Tensor& a_indices, const Tensor& a_indptr, const Tensor& a_shape,
+                                 const Tensor& b_indices, const Tensor& b_indptr, const Tensor& b_shape) {
+  const CheckedMatrix a = checked_matrix(op, format, a_indices, a_indptr, a_shape);
+  const CheckedMatrix b = checked_matrix(op, format, b_indices, b_indptr, b_shape);
+  if (a.cols != b.rows)
+    throw ShapeError(op.name() + ": a (" + std::to_string(a.rows) + ", " + std::to_string(a.cols) + ") times b (" + std::to_string(b.rows) +
+                     ", " + std::to_string(b.cols) + "): a's columns must match b's rows");
+  const bool csr = format == SparseFormat::csr;
+  return {csr ? a.p : b.p, csr ? b.p : a.p, csr ? 0 : 4, csr ? 4 : 0, a.rows, b.cols};
+}
+
+class SparseProductKernel final : public KernelOf<SparseProduct> {
+ public:
+  using KernelOf::KernelOf;
+  bool scratch_depends_on_values() const override { return true; }
+  // A marker and an accumulator per minor index of the result.
+  int64_t scratch_bytes_of(InputValues in) const override {
+    const ProductOperands p = product_operands(op(), op().format(), in[1], in[2], in[3], in[5], in[6], in[7]);
+    return std::max<int64_t>(p.second.n_minor, 1) * static_cast<int64_t>(sizeof(int64_t) + dtype_size(output_dtype(0)));
+  }
+  void run(InputValues in, OutputValues out, std::span<std::byte> scratch) const override {
+    const ProductOperands p = product_operands(op(), op().format(), in[1], in[2], in[3], in[5], in[6], in[7]);
+    const int64_t minor = p.second.n_minor;
+    if (static_cast<int64_t>(scratch.size()) < std::max<int64_t>(minor, 1) * static_cast<int64_t>(sizeof(int64_t) + dtype_size(output_dtype(0))))
+      throw Error(op().name() + ": working memory too small (please report it)");
+    int64_t* marker = reinterpret_cast<int64_t*>(scratch.data());
+    int64_t* indptr = out[2].data<int64_t>();
+    int64_t* indices = out[1].data<int64_t>();
+    indptr[0] = 0;
+    const int64_t nnz = count_product(p, marker, indptr);
+    for (int64_t i = 0; i < p.first.n_major; ++i) indptr[i + 1] += indptr[i];
+    if (nnz != out[1].numel()) throw Error(op().name() + ": the patterns changed while it ran (please report it)");
+    dispatch_float(output_dtype(0), "sparse_product", [&](auto zero) {
+      using T = decltype(zero);
+      T* acc = reinterpret_cast<T*>(marker + std::max<int64_t>(minor, 1));
+      const T* first = in[static_cast<size_t>(p.first_data)].template data<T>();
+      const T* second = in[static_cast<size_t>(p.second_data)].template data<T>();
+      const int64_t fs = in[static_cast<size_t>(p.first_data)].strides()[0], ss = in[static_cast<size_t>(p.second_data)].strides()[0];
+      T* data = out[0].template data<T>();
+      std::fill_n(marker, minor, int64_t{-1});
+      for (int64_t i = 0; i < p.first.n_major; ++i) {
+        int64_t* row = indices + indptr[i];
+        int64_t n = 0;
+        for (int64_t e = p.first.indptr[i]; e < p.first.indptr[i + 1]; ++e) {
+          const int64_t k = p.first.indices[e];
+          const T v = first[e * fs];
+          for (int64_t f = p.second.indptr[k]; f < p.second.indptr[k + 1]; ++f) {
+            const int64_t j = p.second.indices[f];
+            if (marker[j] != i) {
+              marker[j] = i;
+              acc[j] = T(0);
+              row[n++] = j;
+            }
+            acc[j] += v * second[f * ss];
+          }
+        }
+        std::sort(row, row + n);
+        for (int64_t q = 0; q < n; ++q) data[indptr[i] + q] = acc[row[q]];
+      }
+    });
+  }
+};
+
+}  // namespace
+
 void add_sparse_kernels(KernelTable& table) {
+  table.add<SparseProduct, SparseProductKernel>();
   table.add<SparseAddDense, SparseAddDenseKernel>();
   table.add<RowLookupGrad, RowLookupGradKernel>();
   table.add<SparseDot, SparseDotKernel>();
@@ -1222,6 +1366,18 @@ Var dot(const SparseVar& x, const Var& dense_matrix, Loc loc) {
   const DType float_dtype = is_float(dtype) ? dtype : DType::f64;
   return apply1(std::make_shared<SparseDot>(x.format()),
                 {cast(x.data(), float_dtype, loc), x.indices(), x.indptr(), x.shape(), cast(dense_matrix, float_dtype, loc)}, loc);
+}
+
+SparseVar dot(const SparseVar& a, const SparseVar& b, Loc loc) {
+  if (a.format() != b.format())
+    throw TypeError("dot(" + a.str() + ", " + b.str() + "): both matrices must have one format; to_csr or to_csc converts (at " +
+                    loc_str(loc) + ")");
+  const DType dtype = result_dtype({a.data(), b.data()});
+  const std::vector<Var> out = apply(std::make_shared<SparseProduct>(a.format()),
+                                     {cast(a.data(), dtype, loc), a.indices(), a.indptr(), a.shape(), cast(b.data(), dtype, loc),
+                                      b.indices(), b.indptr(), b.shape()},
+                                     loc);
+  return SparseVar(a.format(), out[0], out[1], out[2], stack({a.shape()[0], b.shape()[1]}, 0, loc), loc);
 }
 
 Var dot(const Var& dense_matrix, const SparseVar& x, Loc loc) {

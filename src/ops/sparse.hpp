@@ -227,6 +227,21 @@ class RowLookupGrad final : public Op {
   std::vector<int> shape_only_inputs() const override { return {2}; }
 };
 
+// a . b for two sparse matrices of one format (a: rows x inner, b: inner x cols): inputs a's
+// data, indices, indptr, shape, then b's; outputs the product's data, indices (sorted in each
+// segment) and indptr. How many entries it has depends on the patterns, so its sizes and its
+// working memory (a row accumulator as long as a segment of the result) are found when it runs.
+class SparseProduct final : public SparseFormatOp {
+ public:
+  using SparseFormatOp::SparseFormatOp;
+  std::string name() const override { return std::string("sparse_product{") + sparse_format_name(format()) + "}"; }
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
+  std::vector<int> needs_input_values() const override { return {1, 2, 3, 5, 6, 7}; }
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+  bool checks_values_before_writing() const override { return true; }
+};
+
 SparseFormat transposed(SparseFormat format);
 
 void add_sparse_kernels(KernelTable& table);
