@@ -585,3 +585,27 @@ TEST(SparseOps, ProductsOfTwoSparseMatricesMatchTheDenseProductAndAreSizedWhenTh
   expect_error<ShapeError>([&] { f(sparse_from_dense(a2, SparseFormat::csr), sparse_from_dense(a2, SparseFormat::csr)); },
                            {"sparse_product{csr}", "(6, 5)", "columns must match b's rows"});
 }
+
+TEST(SparseOps, RegularGradientIsTheDenseMatrixsGradientEverywhere) {
+  const Tensor a = sparse_dense(4, 5, 81), w = random_tensor({5, 3}, f64, -1, 1, 82), d = random_tensor({4, 5}, f64, -1, 1, 83);
+  Var X = matrix("X", f64), W = matrix("W", f64), D = matrix("D", f64);
+  auto dense_cost = [&](const Var& m) { return sum(square(dot(m, W))) + sum(tanh(m + D)) + sum(sum(m, {0}) * sum(m, {0})); };
+  const Tensor want = eval1({X, W, D}, grad(dense_cost(X), X), {a, w, d});
+  for (SparseFormat format : kFormats) {
+    SCOPED_TRACE(sparse_format_name(format));
+    SparseVar x = sparse_input(format, "x");
+    const Var cost = sum(square(dot(x, W))) + sum(tanh(x + D)) + sum(sum(x, 0) * sum(x, 0));
+    const std::vector<Tensor> out = function({x, W, D}, {regular_grad(cost, x), dense(structured_grad(cost, x))})(
+        sparse_from_dense(a, format), w, d);
+    EXPECT_EQ(out[0].shape(), (Shape{4, 5}));
+    expect_values(out[0], want.to_vector<double>(), 1e-10);
+    // At the stored entries it agrees with the structured gradient; elsewhere it is not zero.
+    const auto regular = out[0].to_vector<double>(), structured = out[1].to_vector<double>(), av = a.to_vector<double>();
+    int off_pattern = 0;
+    for (size_t i = 0; i < av.size(); ++i) {
+      if (av[i] != 0) EXPECT_NEAR(regular[i], structured[i], 1e-10);
+      else off_pattern += regular[i] != 0;
+    }
+    EXPECT_GT(off_pattern, 0);
+  }
+}

@@ -143,6 +143,11 @@ Var sum(const SparseVar& x, int64_t axis, Loc loc = Loc::current());
 
 // The gradient of cost with respect to x's stored entries, with x's pattern (structured).
 SparseVar structured_grad(const Var& cost, const SparseVar& x, Loc loc = Loc::current());
+// The regular gradient (Theano's name): d cost / d X for the dense matrix X that x stands for,
+// every entry counted, stored or not (a dense matrix of x's shape). The cost is read as a function
+// of the whole matrix: its ops on x compute on every entry then, so a structured function of x
+// (structured(x, exp)) counts fn(0) where x stores nothing.
+Var regular_grad(const Var& cost, const SparseVar& x, Loc loc = Loc::current());
 // The gradient of cost with respect to a dense float matrix W that cost reads only through row
 // lookups take(W, rows) (an embedding), as a CSR matrix of W's shape that stores only the rows
 // looked up (Theano's sparse_grad): a row looked up twice is stored twice, and repeats sum. An

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <unordered_set>
 
+#include "graph/function_graph.hpp"
 #include "graph/node.hpp"
 #include "kiln/grad.hpp"
 #include "kiln/ops.hpp"
@@ -550,6 +551,20 @@ std::vector<Var> SparseProduct::L_op(const Node& node, const std::vector<Var>& g
   const Var g_a = sampled_at(dot(grad_c, in_format(transpose(b, loc)), loc), a);
   const Var g_b = sampled_at(dot(in_format(transpose(a, loc)), grad_c, loc), b);
   return {g_a, Var(), Var(), Var(), g_b, Var(), Var(), Var()};
+}
+
+// ---- FullPattern
+
+std::vector<Type> FullPattern::infer_types(const std::vector<Type>& in) const {
+  if (in.size() != 1) throw TypeError(name() + ": takes a shape");
+  expect_vector(name(), "shape", in[0], false);
+  return {Type{DType::i64, {false}}, Type{DType::i64, {false}}};
+}
+
+std::vector<Shape> FullPattern::infer_shapes(const std::vector<Shape>&, const std::vector<const Tensor*>& values) const {
+  if (!values[0]) throw ShapeError(name() + ": the pattern's size is known only from the shape's value");
+  const auto [rows, cols] = shape_value(*this, *values[0]);
+  return {{rows * cols}, {(format() == SparseFormat::csr ? rows : cols) + 1}};
 }
 
 // ---- kernels
@@ -1139,9 +1154,25 @@ class SparseProductKernel final : public KernelOf<SparseProduct> {
   }
 };
 
+class FullPatternKernel final : public KernelOf<FullPattern> {
+ public:
+  using KernelOf::KernelOf;
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
+    const auto [rows, cols] = shape_value(op(), in[0]);
+    const bool csr = op().format() == SparseFormat::csr;
+    const int64_t n_major = csr ? rows : cols, n_minor = csr ? cols : rows;
+    int64_t* indices = out[0].data<int64_t>();
+    int64_t* indptr = out[1].data<int64_t>();
+    for (int64_t m = 0; m <= n_major; ++m) indptr[m] = m * n_minor;
+    for (int64_t m = 0; m < n_major; ++m)
+      for (int64_t j = 0; j < n_minor; ++j) indices[m * n_minor + j] = j;
+  }
+};
+
 }  // namespace
 
 void add_sparse_kernels(KernelTable& table) {
+  table.add<FullPattern, FullPatternKernel>();
   table.add<SparseProduct, SparseProductKernel>();
   table.add<SparseAddDense, SparseAddDenseKernel>();
   table.add<RowLookupGrad, RowLookupGradKernel>();
@@ -1482,6 +1513,20 @@ Var sum(const SparseVar& x, int64_t axis, Loc loc) {
   if (a != 0 && a != 1)
     throw TypeError("sum(" + x.str() + ", axis=" + std::to_string(axis) + "): a sparse matrix has axes 0 and 1 (at " + loc_str(loc) + ")");
   return apply1(std::make_shared<SparseReduce>(x.format(), a), parts(x), loc);
+}
+
+Var regular_grad(const Var& cost, const SparseVar& x, Loc loc) {
+  if (!cost.defined() || !x.defined()) throw GradError("regular_grad: the cost and the sparse matrix must be defined (at " + loc_str(loc) + ")");
+  // The cost rebuilt on a matrix that stores every entry, whose data are the elements of a dense
+  // stand-in P (a fresh variable, so that the rebuilt cost does not read x); its gradient with
+  // respect to P, evaluated at P = dense(x).
+  const Var P = tensor(x.dtype(), {false, false}, "regular_grad.dense");
+  const std::vector<Var> full = apply(std::make_shared<FullPattern>(x.format()), {x.shape()}, loc);
+  const Var full_data = x.format() == SparseFormat::csr ? flatten(P, 1, loc) : flatten(transpose(P, loc), 1, loc);
+  const FunctionGraph rebuilt({}, {cost}, {{x.data(), full_data}, {x.indices(), full[0]}, {x.indptr(), full[1]}});
+  const Var g = grad(rebuilt.outputs()[0], P);
+  const FunctionGraph at_x({}, {g}, {{P, dense(x, loc)}});
+  return at_x.outputs()[0];
 }
 
 SparseVar structured_grad(const Var& cost, const SparseVar& x, Loc loc) {

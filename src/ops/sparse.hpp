@@ -242,6 +242,20 @@ class SparseProduct final : public SparseFormatOp {
   bool checks_values_before_writing() const override { return true; }
 };
 
+// The pattern that stores every entry of a matrix of a given shape: input the shape (i64 vector
+// of 2); outputs indices and indptr in `format`'s layout (the data is the dense matrix's elements
+// in that order). regular_grad rebuilds a cost on it.
+class FullPattern final : public SparseFormatOp {
+ public:
+  using SparseFormatOp::SparseFormatOp;
+  std::string name() const override { return std::string("full_pattern{") + sparse_format_name(format()) + "}"; }
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
+  std::vector<int> needs_input_values() const override { return {0}; }
+  std::vector<Var> L_op(const Node&, const std::vector<Var>&) const override { return {Var()}; }
+  bool may_fail_on_values() const override { return false; }
+};
+
 SparseFormat transposed(SparseFormat format);
 
 void add_sparse_kernels(KernelTable& table);
