@@ -27,6 +27,8 @@ std::vector<PoolCase> pool_cases() {
       {"2x2 (the defaults)", {}, {2, 3, 8, 8}},
       {"2x2 on odd sizes, last row and column dropped", {}, {2, 2, 9, 7}},
       {"2x2 on odd sizes, partial windows kept", {.ignore_border = false}, {2, 2, 5, 7}},
+      {"2x2 on an odd width, partial windows kept", {.ignore_border = false}, {2, 2, 6, 7}},
+      {"2x2 on an odd width, last column dropped", {}, {2, 2, 6, 7}},
       {"3x3 stride 1", {.window = {3, 3}, .stride = Window{1, 1}}, {2, 3, 6, 7}},
       {"2x3 stride 1x2", {.window = {2, 3}, .stride = Window{1, 2}}, {1, 2, 5, 8}},
       {"2x2 stride 3 (gaps)", {.window = {2, 2}, .stride = Window{3, 3}}, {2, 1, 8, 7}},
@@ -124,7 +126,7 @@ TEST(Pool, EveryOptionLayoutAndDtypeMatchesTheReference) {
         check_against_reference(c.options, random_tensor(c.shape, dtype, -3, 3, 5), layout, c.name);
         ++checked;
       }
-  EXPECT_EQ(checked, 78);
+  EXPECT_EQ(checked, 90);
 }
 
 TEST(Pool, OutputShapesFollowTheBorderRule) {

@@ -173,33 +173,36 @@ std::vector<Var> AvgPool2dGrad::L_op(const Node& node, const std::vector<Var>& g
 
 namespace {
 
-// Pooling loops over planes (one image's one channel) on several threads once the input has this
-// many elements: below it, starting the threads costs more than the loop (the same bound as
-// elementwise work).
+// Pooling loops run on several threads once the input has this many elements: below it, starting
+// the threads costs more than the loop (the same bound as elementwise work).
 constexpr int64_t kParallelPoolElements = int64_t{1} << 15;
 
-// fn(plane) for every plane, split over threads when `elements` is large enough. Planes are
-// independent: each thread writes its own planes of the output.
-template <class F> void for_each_plane(int64_t planes, int64_t elements, F&& fn) {
-  auto range = [&](int64_t first, int64_t last) {
-    for (int64_t p = first; p < last; ++p) fn(p);
-  };
+// fn(first, last) over the items [0, items) (planes, or rows of windows), split into one range per
+// thread when the input's `elements` are enough. Each item writes its own part of the output.
+template <class F> void for_each_range(int64_t items, int64_t elements, F&& fn) {
   const int threads = elements >= kParallelPoolElements && !omp_in_parallel()
-                          ? static_cast<int>(std::min<int64_t>(num_threads(), planes))
+                          ? static_cast<int>(std::min<int64_t>(num_threads(), items))
                           : 1;
-  if (threads <= 1) return range(0, planes);
-  parallel_region(threads, [&](int t, int nt) { range(planes * t / nt, planes * (t + 1) / nt); });
+  if (threads <= 1) return fn(int64_t{0}, items);
+  parallel_region(threads, [&](int t, int nt) { fn(items * t / nt, items * (t + 1) / nt); });
 }
 
-// A 4-D tensor read in place, plane by plane, through its strides (a transposed or sliced view
-// is read where it lies; a kernel may not allocate a contiguous copy).
+// A 4-D tensor read in place through its strides, plane by plane (a plane: one image's one
+// channel): a transposed or sliced view is read where it lies, as a kernel may not allocate a
+// contiguous copy.
 template <class T> struct Planes {
   explicit Planes(const Tensor& t)
-      : data(reinterpret_cast<const T*>(t.storage()->data()) + t.offset()), channels(t.shape()[1]), stride_n(t.strides()[0]),
-        stride_c(t.strides()[1]), stride_h(t.strides()[2]), stride_w(t.strides()[3]) {}
+      : data(reinterpret_cast<const T*>(t.storage()->data()) + t.offset()), batch(t.shape()[0]), channels(t.shape()[1]),
+        height(t.shape()[2]), stride_n(t.strides()[0]), stride_c(t.strides()[1]), stride_h(t.strides()[2]),
+        stride_w(t.strides()[3]) {}
   const T* plane(int64_t p) const { return data + (p / channels) * stride_n + (p % channels) * stride_c; }
+  // Whether the rows of all planes follow one another at one stride (a contiguous tensor, or one
+  // strided along W alone): row i of the N*C*H rows then starts at data + i * stride_h.
+  bool rows_in_sequence() const {
+    return (channels == 1 || stride_c == height * stride_h) && (batch == 1 || stride_n == channels * height * stride_h);
+  }
   const T* data;
-  int64_t channels, stride_n, stride_c, stride_h, stride_w;
+  int64_t batch, channels, height, stride_n, stride_c, stride_h, stride_w;
 };
 
 // The input rows (or columns) [first, last) one window reads, and its length within the padded input.
@@ -214,7 +217,14 @@ WindowRange window_range(int64_t out_index, int64_t window, int64_t stride, int6
 // The windows of one plane: input H x W, output OH x OW.
 struct PlaneGeometry {
   PlaneGeometry(const PoolWindows& windows, const Shape& input, const Shape& output)
-      : windows(windows), height(input[2]), width(input[3]), out_height(output[2]), out_width(output[3]) {}
+      : windows(windows), planes(input[0] * input[1]), height(input[2]), width(input[3]), out_height(output[2]),
+        out_width(output[3]) {
+    const auto [kh, kw] = windows.window;
+    const auto [sh, sw] = windows.stride;
+    const auto [ph, pw] = windows.padding;
+    halving = kh == 2 && kw == 2 && sh == 2 && sw == 2 && ph == 0 && pw == 0 && 2 * out_height == height && 2 * out_width <= width;
+    tiling = halving && 2 * out_width == width;
+  }
   WindowRange rows(int64_t oh) const { return window_range(oh, windows.window[0], windows.stride[0], windows.padding[0], height); }
   WindowRange cols(int64_t ow) const { return window_range(ow, windows.window[1], windows.stride[1], windows.padding[1], width); }
   // Average pooling's divisor (PyTorch's rule): the window within the padded input, or its input
@@ -222,15 +232,12 @@ struct PlaneGeometry {
   int64_t divisor(const WindowRange& r, const WindowRange& c) const {
     return windows.count_include_pad ? r.padded * c.padded : (r.last - r.first) * (c.last - c.first);
   }
-  // The common case (LeNet's): 2x2 windows at stride 2 without padding, each inside the input.
-  bool two_by_two() const {
-    return windows.window == std::array<int64_t, 2>{2, 2} && windows.stride == std::array<int64_t, 2>{2, 2} &&
-           windows.padding == std::array<int64_t, 2>{0, 0} && 2 * out_height <= height && 2 * out_width <= width;
-  }
-  // ... and covering it whole (even H and W): a gradient then writes every input element once.
-  bool two_by_two_tiling() const { return two_by_two() && 2 * out_height == height && 2 * out_width == width; }
   const PoolWindows& windows;
-  int64_t height, width, out_height, out_width;
+  int64_t planes, height, width, out_height, out_width;
+  // The common case (LeNet's): 2x2 windows at stride 2 without padding, each inside the input,
+  // over an even number of rows: output row i reads input rows 2i and 2i + 1 of the N*C*H rows (a
+  // last odd column is left out). Tiling: every input element in one window (W even too).
+  bool halving = false, tiling = false;
 };
 
 // The larger of a and b, NaN if either is NaN (NumPy's max); a when they are equal, so a
@@ -251,22 +258,28 @@ std::pair<int64_t, int64_t> first_maximum(const T* plane, int64_t stride_h, int6
   return {r.first, c.first};
 }
 
-template <class T> void pool_plane(PoolMode mode, const PlaneGeometry& g, const Planes<T>& x, const T* px, T* py) {
-  const int64_t sh = x.stride_h, sw = x.stride_w;
-  if (g.two_by_two() && sw == 1) {
-    for (int64_t oh = 0; oh < g.out_height; ++oh) {
-      const T *r0 = px + 2 * oh * sh, *r1 = r0 + sh;
-      T* out = py + oh * g.out_width;
-      if (mode == PoolMode::max) {
-        for (int64_t ow = 0; ow < g.out_width; ++ow)
-          out[ow] = max_or_nan(max_or_nan(r0[2 * ow], r0[2 * ow + 1]), max_or_nan(r1[2 * ow], r1[2 * ow + 1]));
-      } else {
-        // Summed row-major as the general loop does; * 0.25 is exactly / 4.
-        for (int64_t ow = 0; ow < g.out_width; ++ow) out[ow] = (((r0[2 * ow] + r0[2 * ow + 1]) + r1[2 * ow]) + r1[2 * ow + 1]) * T(0.25);
-      }
+// 2x2 windows at stride 2 over output rows [first, last) of all planes (PlaneGeometry::halving),
+// the input's columns contiguous. One long run of rows instead of many short planes: LeNet's 8x8
+// planes pool twice as fast.
+template <class T>
+void pool_halving_rows(PoolMode mode, const PlaneGeometry& g, const Planes<T>& x, int64_t first, int64_t last, T* y) {
+  const int64_t sh = x.stride_h, ow_end = g.out_width;
+  for (int64_t i = first; i < last; ++i) {
+    const T *r0 = x.data + 2 * i * sh, *r1 = r0 + sh;
+    T* out = y + i * ow_end;
+    if (mode == PoolMode::max) {
+      for (int64_t ow = 0; ow < ow_end; ++ow)
+        out[ow] = max_or_nan(max_or_nan(r0[2 * ow], r0[2 * ow + 1]), max_or_nan(r1[2 * ow], r1[2 * ow + 1]));
+    } else {
+      // Summed row-major as the general loop sums; * 0.25 is exactly / 4.
+      for (int64_t ow = 0; ow < ow_end; ++ow) out[ow] = (((r0[2 * ow] + r0[2 * ow + 1]) + r1[2 * ow]) + r1[2 * ow + 1]) * T(0.25);
     }
-    return;
   }
+}
+
+template <class T> void pool_plane(PoolMode mode, const PlaneGeometry& g, const Planes<T>& x, int64_t p, T* py) {
+  const T* px = x.plane(p);
+  const int64_t sh = x.stride_h, sw = x.stride_w;
   for (int64_t oh = 0; oh < g.out_height; ++oh) {
     const WindowRange r = g.rows(oh);
     for (int64_t ow = 0; ow < g.out_width; ++ow) {
@@ -295,43 +308,54 @@ class Pool2dKernel final : public KernelOf<Pool2d> {
     const Tensor& x = in[0];
     Tensor& y = out[0];  // contiguous
     const PlaneGeometry g(op().windows(), x.shape(), y.shape());
-    dispatch_float(x.dtype(), mode_name(op().mode()), [&](auto tag) {
+    const PoolMode mode = op().mode();
+    dispatch_float(x.dtype(), mode_name(mode), [&](auto tag) {
       using T = decltype(tag);
       const Planes<T> xs(x);
       T* py = y.data<T>();
+      if (g.halving && xs.stride_w == 1 && xs.rows_in_sequence()) {
+        for_each_range(g.planes * g.out_height, x.numel(), [&](int64_t first, int64_t last) { pool_halving_rows<T>(mode, g, xs, first, last, py); });
+        return;
+      }
       const int64_t plane_size = g.out_height * g.out_width;
-      for_each_plane(x.shape()[0] * x.shape()[1], x.numel(),
-                     [&](int64_t p) { pool_plane<T>(op().mode(), g, xs, xs.plane(p), py + p * plane_size); });
+      for_each_range(g.planes, x.numel(), [&](int64_t first, int64_t last) {
+        for (int64_t p = first; p < last; ++p) pool_plane<T>(mode, g, xs, p, py + p * plane_size);
+      });
     });
   }
 };
+
+// gx of 2x2 windows tiling the input (PlaneGeometry::tiling), output rows [first, last) of all
+// planes, x's columns contiguous: each input element is in one window, so it is written once, with
+// no zeroing first.
+template <class T>
+void max_pool_grad_tiling_rows(const PlaneGeometry& g, const Planes<T>& x, const Planes<T>& y, const Planes<T>& gy, int64_t first,
+                               int64_t last, T* gx) {
+  const int64_t sh = x.stride_h, width = g.width;
+  for (int64_t i = first; i < last; ++i) {
+    const T *r0 = x.data + 2 * i * sh, *r1 = r0 + sh;
+    const T *ym = y.data + i * y.stride_h, *gv = gy.data + i * gy.stride_h;
+    T *g0 = gx + 2 * i * width, *g1 = g0 + width;
+    for (int64_t ow = 0; ow < g.out_width; ++ow) {
+      const T m = ym[ow * y.stride_w], v = gv[ow * gy.stride_w];
+      const int first_max = is_maximum(r0[2 * ow], m) ? 0 : is_maximum(r0[2 * ow + 1], m) ? 1 : is_maximum(r1[2 * ow], m) ? 2 : 3;
+      g0[2 * ow] = first_max == 0 ? v : T(0);
+      g0[2 * ow + 1] = first_max == 1 ? v : T(0);
+      g1[2 * ow] = first_max == 2 ? v : T(0);
+      g1[2 * ow + 1] = first_max == 3 ? v : T(0);
+    }
+  }
+}
 
 // gx of one plane (contiguous, H x W) from x, the pooled y and its gradient gy.
 template <class T>
 void max_pool_grad_plane(const PlaneGeometry& g, const Planes<T>& x, const Planes<T>& y, const Planes<T>& gy, int64_t p, T* gx) {
   const T *px = x.plane(p), *py = y.plane(p), *pg = gy.plane(p);
-  const int64_t sh = x.stride_h, sw = x.stride_w;
-  if (g.two_by_two_tiling() && sw == 1) {
-    // Each input element is in one window: written once, no zeroing first.
-    for (int64_t oh = 0; oh < g.out_height; ++oh) {
-      const T *r0 = px + 2 * oh * sh, *r1 = r0 + sh;
-      T *g0 = gx + 2 * oh * g.width, *g1 = g0 + g.width;
-      for (int64_t ow = 0; ow < g.out_width; ++ow) {
-        const T m = py[oh * y.stride_h + ow * y.stride_w], v = pg[oh * gy.stride_h + ow * gy.stride_w];
-        const int first = is_maximum(r0[2 * ow], m) ? 0 : is_maximum(r0[2 * ow + 1], m) ? 1 : is_maximum(r1[2 * ow], m) ? 2 : 3;
-        g0[2 * ow] = first == 0 ? v : T(0);
-        g0[2 * ow + 1] = first == 1 ? v : T(0);
-        g1[2 * ow] = first == 2 ? v : T(0);
-        g1[2 * ow + 1] = first == 3 ? v : T(0);
-      }
-    }
-    return;
-  }
   std::fill_n(gx, g.height * g.width, T(0));
   for (int64_t oh = 0; oh < g.out_height; ++oh) {
     const WindowRange r = g.rows(oh);
     for (int64_t ow = 0; ow < g.out_width; ++ow) {
-      const auto [h, w] = first_maximum(px, sh, sw, r, g.cols(ow), py[oh * y.stride_h + ow * y.stride_w]);
+      const auto [h, w] = first_maximum(px, x.stride_h, x.stride_w, r, g.cols(ow), py[oh * y.stride_h + ow * y.stride_w]);
       gx[h * g.width + w] += pg[oh * gy.stride_h + ow * gy.stride_w];
     }
   }
@@ -348,9 +372,15 @@ class MaxPool2dGradKernel final : public KernelOf<MaxPool2dGrad> {
       using T = decltype(tag);
       const Planes<T> xs(x), ys(y), gys(gy);
       T* pgx = gx.data<T>();
+      if (g.tiling && xs.stride_w == 1 && xs.rows_in_sequence() && ys.rows_in_sequence() && gys.rows_in_sequence()) {
+        for_each_range(g.planes * g.out_height, x.numel(),
+                       [&](int64_t first, int64_t last) { max_pool_grad_tiling_rows<T>(g, xs, ys, gys, first, last, pgx); });
+        return;
+      }
       const int64_t plane_size = g.height * g.width;
-      for_each_plane(x.shape()[0] * x.shape()[1], x.numel(),
-                     [&](int64_t p) { max_pool_grad_plane<T>(g, xs, ys, gys, p, pgx + p * plane_size); });
+      for_each_range(g.planes, x.numel(), [&](int64_t first, int64_t last) {
+        for (int64_t p = first; p < last; ++p) max_pool_grad_plane<T>(g, xs, ys, gys, p, pgx + p * plane_size);
+      });
     });
   }
 };
@@ -367,14 +397,16 @@ class MaxPool2dGradGradKernel final : public KernelOf<MaxPool2dGradGrad> {
       const Planes<T> xs(x), ys(y), ggxs(ggx);
       T* pggy = ggy.data<T>();
       const int64_t plane_size = g.out_height * g.out_width;
-      for_each_plane(x.shape()[0] * x.shape()[1], x.numel(), [&](int64_t p) {
-        const T *px = xs.plane(p), *py = ys.plane(p), *pgg = ggxs.plane(p);
-        T* o = pggy + p * plane_size;
-        for (int64_t oh = 0; oh < g.out_height; ++oh) {
-          const WindowRange r = g.rows(oh);
-          for (int64_t ow = 0; ow < g.out_width; ++ow) {
-            const auto [h, w] = first_maximum(px, xs.stride_h, xs.stride_w, r, g.cols(ow), py[oh * ys.stride_h + ow * ys.stride_w]);
-            o[oh * g.out_width + ow] = pgg[h * ggxs.stride_h + w * ggxs.stride_w];
+      for_each_range(g.planes, x.numel(), [&](int64_t first, int64_t last) {
+        for (int64_t p = first; p < last; ++p) {
+          const T *px = xs.plane(p), *py = ys.plane(p), *pgg = ggxs.plane(p);
+          T* o = pggy + p * plane_size;
+          for (int64_t oh = 0; oh < g.out_height; ++oh) {
+            const WindowRange r = g.rows(oh);
+            for (int64_t ow = 0; ow < g.out_width; ++ow) {
+              const auto [h, w] = first_maximum(px, xs.stride_h, xs.stride_w, r, g.cols(ow), py[oh * ys.stride_h + ow * ys.stride_w]);
+              o[oh * g.out_width + ow] = pgg[h * ggxs.stride_h + w * ggxs.stride_w];
+            }
           }
         }
       });
@@ -382,20 +414,23 @@ class MaxPool2dGradGradKernel final : public KernelOf<MaxPool2dGradGrad> {
   }
 };
 
+// gx of 2x2 windows tiling the input, output rows [first, last) of all planes: each element a
+// quarter of its window's gradient (* 0.25 is exactly / 4, as the general loop divides).
+template <class T> void avg_pool_grad_tiling_rows(const PlaneGeometry& g, const Planes<T>& gy, int64_t first, int64_t last, T* gx) {
+  for (int64_t i = first; i < last; ++i) {
+    const T* gv = gy.data + i * gy.stride_h;
+    T *g0 = gx + 2 * i * g.width, *g1 = g0 + g.width;
+    for (int64_t ow = 0; ow < g.out_width; ++ow) {
+      const T v = gv[ow * gy.stride_w] * T(0.25);
+      g0[2 * ow] = g0[2 * ow + 1] = g1[2 * ow] = g1[2 * ow + 1] = v;
+    }
+  }
+}
+
 // gx of one plane (contiguous, H x W) from the pooled gradient gy: each window's gy / divisor
 // added to its input elements.
 template <class T> void avg_pool_grad_plane(const PlaneGeometry& g, const Planes<T>& gy, int64_t p, T* gx) {
   const T* pg = gy.plane(p);
-  if (g.two_by_two_tiling()) {
-    for (int64_t oh = 0; oh < g.out_height; ++oh) {
-      T *g0 = gx + 2 * oh * g.width, *g1 = g0 + g.width;
-      for (int64_t ow = 0; ow < g.out_width; ++ow) {
-        const T v = pg[oh * gy.stride_h + ow * gy.stride_w] * T(0.25);
-        g0[2 * ow] = g0[2 * ow + 1] = g1[2 * ow] = g1[2 * ow + 1] = v;
-      }
-    }
-    return;
-  }
   std::fill_n(gx, g.height * g.width, T(0));
   for (int64_t oh = 0; oh < g.out_height; ++oh) {
     const WindowRange r = g.rows(oh);
@@ -419,8 +454,15 @@ class AvgPool2dGradKernel final : public KernelOf<AvgPool2dGrad> {
       using T = decltype(tag);
       const Planes<T> gys(gy);
       T* pgx = gx.data<T>();
+      if (g.tiling && gys.rows_in_sequence()) {
+        for_each_range(g.planes * g.out_height, gx.numel(),
+                       [&](int64_t first, int64_t last) { avg_pool_grad_tiling_rows<T>(g, gys, first, last, pgx); });
+        return;
+      }
       const int64_t plane_size = g.height * g.width;
-      for_each_plane(gx.shape()[0] * gx.shape()[1], gx.numel(), [&](int64_t p) { avg_pool_grad_plane<T>(g, gys, p, pgx + p * plane_size); });
+      for_each_range(g.planes, gx.numel(), [&](int64_t first, int64_t last) {
+        for (int64_t p = first; p < last; ++p) avg_pool_grad_plane<T>(g, gys, p, pgx + p * plane_size);
+      });
     });
   }
 };
