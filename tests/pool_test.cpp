@@ -242,6 +242,9 @@ TEST(Pool, ErrorsNameTheOpTheShapesAndTheFix) {
                            {"max_pool2d", "3x3 window", "(1,1,2,2)", "padded by 0x0", "pool_test.cpp"});
   expect_error<ShapeError>([&] { eval1({x}, avg_pool2d(x, {.window = {4, 4}, .padding = {1, 1}}), {Tensor::zeros({2, 3, 1, 5})}); },
                            {"avg_pool2d", "4x4 window", "(2,3,1,5)", "padded by 1x1 (3x7)"});
+  // Padding alone would make windows over empty images.
+  expect_error<ShapeError>([&] { eval1({x}, max_pool2d(x, {.padding = {1, 1}}), {Tensor::zeros({2, 3, 0, 4})}); },
+                           {"max_pool2d", "(2,3,0,4)", "no rows or no columns"});
 }
 
 TEST(Pool, GradientsPassVerifyGradAndVerifyRop) {

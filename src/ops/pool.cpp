@@ -57,6 +57,9 @@ void check_pooled(const Shape& got, const Shape& want, const Shape& x, const std
 }  // namespace
 
 std::array<int64_t, 2> PoolWindows::output_size(const Shape& input, const std::string& op) const {
+  if (input[2] == 0 || input[3] == 0)
+    throw ShapeError(op + ": input " + shape_str(input) + " has images of no rows or no columns, where a window holds only padding; "
+                     "give images of at least one element");
   std::array<int64_t, 2> out{};
   for (size_t a = 0; a < 2; ++a) {
     out[a] = pooled_size(input[2 + a], window[a], stride[a], padding[a], ignore_border);

@@ -16,7 +16,8 @@ struct PoolWindows {
   // The output's height and width for an input of this height and width: with ignore_border,
   // floor((in + 2 pad - window) / stride) + 1; without, rounded up, less a last window that would
   // start in the right padding (PyTorch's ceil_mode). ShapeError naming `op`, the input shape and
-  // the options when the window does not fit in the padded input.
+  // the options when the window does not fit in the padded input, or the images are empty (H or W
+  // is 0). Every window then holds an input element.
   std::array<int64_t, 2> output_size(const Shape& input, const std::string& op) const;
   // "window=2x2,stride=2x2,padding=0x0,ignore_border=true": for names and error messages.
   std::string str() const;
