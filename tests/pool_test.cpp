@@ -4,7 +4,6 @@
 #include <functional>
 #include <limits>
 
-#include "graph/node.hpp"
 #include "ops/pool.hpp"
 #include "pool_reference.hpp"
 #include "test_util.hpp"
