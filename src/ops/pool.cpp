@@ -249,6 +249,8 @@ template <class T> T max_or_nan(T a, T b) { return (b > a || b != b) ? b : a; }
 
 // Whether v is the window maximum m (a NaN window's maximum is NaN).
 template <class T> bool is_maximum(T v, T m) { return v == m || (v != v && m != m); }
+// The same without branches, for loops that vectorize.
+template <class T> bool matches_maximum(T v, T m) { return (v == m) | ((v != v) & (m != m)); }
 
 // The row and column of a window's first maximum m, row-major. m was computed by max pooling from
 // these very elements, so one of them matches it.
@@ -339,13 +341,18 @@ void max_pool_grad_tiling_rows(const PlaneGeometry& g, const Planes<T>& x, const
     const T *r0 = x.data + 2 * i * sh, *r1 = r0 + sh;
     const T *ym = y.data + i * y.stride_h, *gv = gy.data + i * gy.stride_h;
     T *g0 = gx + 2 * i * width, *g1 = g0 + width;
+    // Branch-free (bitwise & and |): where the maximum lies is data, and a branch on it would be
+    // mispredicted half the time (7x slower on random values).
     for (int64_t ow = 0; ow < g.out_width; ++ow) {
       const T m = ym[ow * y.stride_w], v = gv[ow * gy.stride_w];
-      const int first_max = is_maximum(r0[2 * ow], m) ? 0 : is_maximum(r0[2 * ow + 1], m) ? 1 : is_maximum(r1[2 * ow], m) ? 2 : 3;
-      g0[2 * ow] = first_max == 0 ? v : T(0);
-      g0[2 * ow + 1] = first_max == 1 ? v : T(0);
-      g1[2 * ow] = first_max == 2 ? v : T(0);
-      g1[2 * ow + 1] = first_max == 3 ? v : T(0);
+      const bool at0 = matches_maximum(r0[2 * ow], m);
+      const bool at1 = !at0 & matches_maximum(r0[2 * ow + 1], m);
+      const bool at2 = !(at0 | at1) & matches_maximum(r1[2 * ow], m);
+      const bool at3 = !(at0 | at1 | at2);
+      g0[2 * ow] = at0 ? v : T(0);
+      g0[2 * ow + 1] = at1 ? v : T(0);
+      g1[2 * ow] = at2 ? v : T(0);
+      g1[2 * ow + 1] = at3 ? v : T(0);
     }
   }
 }
