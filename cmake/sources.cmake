@@ -26,6 +26,7 @@ set(KILN_SOURCES
   src/ops/sparse.cpp
   src/ops/random.cpp
   src/ops/nnet.cpp
+  src/ops/pool.cpp
   src/ops/composite.cpp
   src/ops/composite_jit.cpp
   src/ops/ifelse.cpp

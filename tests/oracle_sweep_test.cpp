@@ -12,6 +12,7 @@
 #include "graph/node.hpp"
 #include "graph/op.hpp"
 #include "conv_reference.hpp"
+#include "pool_reference.hpp"
 #include "tensor/isa.hpp"
 #include "test_util.hpp"
 
@@ -688,6 +689,39 @@ TEST(OracleSweep, ConvolutionsEveryFloatDtypeLayoutModeThreadCountAndInstruction
   EXPECT_GT(combinations, 100);
 }
 
+TEST(OracleSweep, PoolingEveryFloatDtypeOptionLayoutModeThreadCountAndInstructionSet) {
+  int combinations = 0;
+  const std::vector<Pool2dOptions> options{
+      {},
+      {.window = {3, 3}, .stride = std::array<int64_t, 2>{2, 2}, .padding = {1, 1}, .ignore_border = false, .count_include_pad = false}};
+  for (DType dtype : {f32, f64})
+    for (const Shape& shape : {Shape{2, 3, 6, 7}, Shape{4, 20, 24, 24}})  // the larger one runs on every thread
+      for (bool channels_last : {false, true}) {
+        const int64_t N = shape[0], C = shape[1], H = shape[2], W = shape[3];
+        const Tensor xv = random_tensor(shape, dtype, -3, 3, 31);
+        // Channels last: an N x H x W x C argument, pooled through a dimshuffled view of it.
+        const Tensor argument = channels_last ? xv.view({N, H, W, C}, {C * H * W, W, 1, H * W}, 0).clone() : xv;
+        Var x = tensor4("x", dtype);
+        const Var input = channels_last ? dimshuffle(x, {0, 3, 1, 2}) : x;
+        for (const Pool2dOptions& o : options)
+          for (bool max : {true, false}) {
+            const std::vector<double> want = reference_pool(max, xv.to_vector<double>(), shape, o).values;
+            const Var expr = max ? max_pool2d(input, o) : avg_pool2d(input, o);
+            for (const Mode& mode : sweep_modes()) {
+              if (H > 8 && mode.name() == "debug") continue;
+              const Function f = function({x}, {expr}, {.mode = mode});
+              const std::string what = std::string(dtype_name(dtype)) + " " + expr.get()->owner->op->name() + " " + shape_str(shape) +
+                                       (channels_last ? " channels last " : " contiguous ") + mode.name();
+              combinations += run_everywhere(f, {argument}, [&](const std::vector<Tensor>& out, const std::string& where) {
+                expect_close(out[0], want, dtype, what + " " + where);
+              });
+            }
+          }
+      }
+  std::cout << "pooling sweep: " << combinations << " combinations run\n";
+  EXPECT_GT(combinations, 300);
+}
+
 TEST(OracleSweep, IfElseEveryDtypeBranchAndMode) {
   int combinations = 0;
   for (DType dtype : kDtypes) {
@@ -731,7 +765,23 @@ TEST(OracleSweep, EveryDifferentiableOpPassesVerifyGradAndVerifyRopInF64) {
   const Tensor dist = random_tensor({3, 4}, f64, 0, 1, 7), prob = random_tensor({3, 4}, f64, 0.05, 0.95, 8);
   const Tensor image = random_tensor({2, 4, 5, 6}, f64, -1, 1, 9), filters = random_tensor({3, 4, 3, 2}, f64, -1, 1, 10);
   const Tensor filters_of_groups = random_tensor({4, 2, 2, 3}, f64, -1, 1, 11);
+  // Sparse matrices of a fixed pattern whose data is the variable (their structured gradients).
+  auto masked = [](const Tensor& t) {
+    std::vector<double> v = t.to_vector<double>();
+    for (size_t i = 0; i < v.size(); ++i)
+      if (i % 3 == 1) v[i] = 0;
+    return Tensor::from(v, t.shape());
+  };
+  const SparseTensor csr_value = sparse_from_dense(masked(m), SparseFormat::csr), csc_value = sparse_from_dense(masked(m2), SparseFormat::csc);
+  const SparseTensor csr_square = sparse_from_dense(masked(random_tensor({4, 4}, f64, -2, 2, 12)), SparseFormat::csr);
+  const Tensor row_major_4x3 = random_tensor({4, 3}, f64, -2, 2, 13), two_by_3 = random_tensor({2, 3}, f64, -2, 2, 14);
+  const Tensor four_by_4 = random_tensor({4, 4}, f64, -2, 2, 15);
+  auto on = [](const Var& data, const SparseTensor& value) {
+    return SparseVar(value.format(), data, constant(value.indices()), constant(value.indptr()),
+                     constant(Tensor::from(std::vector<int64_t>{value.shape()[0], value.shape()[1]})));
+  };
   const Var labels = constant(Tensor::from(std::vector<int64_t>{0, 3, 1}));
+  const Tensor images = distinct_values({2, 2, 5, 4}, 10);  // distinct window maxima: finite differences keep them
   using V = std::vector<Var>;
   const std::vector<GradientCase> cases{
       {"neg", [](V v) { return -v[0]; }, {m}},
@@ -792,6 +842,13 @@ TEST(OracleSweep, EveryDifferentiableOpPassesVerifyGradAndVerifyRopInF64) {
       {"conv2d same stride groups dilation", [](V v) { return conv2d(v[0], v[1], {.stride = {2, 1}, .padding = Padding::same, .dilation = {1, 2}, .groups = 2}); },
        {image, filters_of_groups}},
       {"conv2d full", [](V v) { return tanh(conv2d(v[0], v[1], {.padding = Padding::full})); }, {image, filters}},
+      {"sparse dot dense", [=](V v) { return dot(on(v[0], csr_value), v[1]); }, {csr_value.data(), row_major_4x3}},
+      {"dense dot sparse csc", [=](V v) { return dot(v[1], on(v[0], csc_value)); }, {csc_value.data(), two_by_3}},
+      {"sparse dot sparse", [=](V v) { return dense(dot(on(v[0], csr_value), on(v[1], csr_square))); }, {csr_value.data(), csr_square.data()}},
+      {"sparse + dense", [=](V v) { return tanh(on(v[0], csc_value) + v[1]); }, {csc_value.data(), m}},
+      {"sampling_dot", [=](V v) { return dense(sampling_dot(v[1], v[2], on(v[0], csr_value))); }, {csr_value.data(), m, four_by_4}},
+      {"structured exp", [=](V v) { return dense(structured(on(v[0], csr_value), exp)); }, {csr_value.data()}},
+      {"sparse sums", [=](V v) { return sum(on(v[0], csc_value), 0) * sum(on(v[0], csc_value), 1)[1]; }, {csc_value.data()}},
       {"transpose", [](V v) { return transpose(v[0]) * 2.0; }, {m}},
       {"dimshuffle", [](V v) { return dimshuffle(v[0], {1, -1, 0}) * 2.0; }, {m}},
       {"reshape", [](V v) { return reshape(v[0], {2, 6}) * 3.0; }, {m}},
@@ -810,6 +867,10 @@ TEST(OracleSweep, EveryDifferentiableOpPassesVerifyGradAndVerifyRopInF64) {
       {"crossentropy probabilities", [labels](V v) { return categorical_crossentropy(v[0], labels); }, {prob}},
       {"crossentropy distribution", [dist](V v) { return categorical_crossentropy(softmax(v[0]), constant(dist)); }, {m}},
       {"binary_crossentropy", [dist](V v) { return binary_crossentropy(v[0], constant(dist)); }, {prob}},
+      {"max_pool2d", [](V v) { return max_pool2d(v[0], {.window = {2, 2}, .stride = std::array<int64_t, 2>{1, 1}}); }, {images}},
+      {"max_pool2d padded, partial windows", [](V v) { return max_pool2d(v[0], {.window = {3, 3}, .stride = std::array<int64_t, 2>{2, 2}, .padding = {1, 1}, .ignore_border = false}); }, {images}},
+      {"avg_pool2d", [](V v) { return avg_pool2d(v[0]); }, {images}},
+      {"avg_pool2d padded, partial windows, padding not counted", [](V v) { return avg_pool2d(v[0], {.window = {3, 2}, .stride = std::array<int64_t, 2>{2, 1}, .padding = {1, 1}, .ignore_border = false, .count_include_pad = false}); }, {images}},
       {"ifelse then", [](V v) { return ifelse(constant(Tensor::scalar(true)), v[0] * 2.0, v[1]); }, {m, m2}},
       {"ifelse else", [](V v) { return ifelse(sum(v[0]) > 1e9, v[0] * 2.0, v[1] * v[0]); }, {m, m2}},
       // Stabilized ops at 10^3 to 10^4.

@@ -478,3 +478,134 @@ TEST(SparseOps, AnArgumentOfTheOtherFormatOrKindIsATypeError) {
   expect_error<TypeError>([&] { g(sparse_from_dense(a, SparseFormat::csr), sparse_from_dense(a, SparseFormat::csr)); },
                           {"input 4 ('w'", "sparse matrix", "input is dense", "to_dense()"});
 }
+
+TEST(SparseOps, SparseAndDenseSumsBroadcastAndPassTheirGradientChecks) {
+  const Tensor a = sparse_dense(3, 4, 51), m = random_tensor({3, 4}, f64, -1, 1, 52), cols = random_tensor({4}, f64, -1, 1, 53);
+  const std::vector<double> av = a.to_vector<double>(), mv = m.to_vector<double>(), cv = cols.to_vector<double>();
+  std::vector<double> plus_cols(12), minus_m(12), m_minus(12), plus_two(12);
+  for (int i = 0; i < 12; ++i) {
+    plus_cols[i] = av[i] + cv[i % 4];
+    minus_m[i] = av[i] - mv[i];
+    m_minus[i] = mv[i] - av[i];
+    plus_two[i] = av[i] + 2;
+  }
+  for (SparseFormat format : kFormats) {
+    SCOPED_TRACE(sparse_format_name(format));
+    SparseVar x = sparse_input(format, "x");
+    Var d = matrix("d", f64), t = vector("t", f64);
+    const std::vector<Tensor> out = function({x, d, t}, {x + t, x - d, d - x, 2.0 + x})(sparse_from_dense(a, format), m, cols);
+    expect_values(out[0], plus_cols, 1e-12);
+    expect_values(out[1], minus_m, 1e-12);
+    expect_values(out[2], m_minus, 1e-12);
+    expect_values(out[3], plus_two, 1e-12);
+    const SparseTensor value = sparse_from_dense(a, format);
+    verify_grad([&](std::vector<Var> v) { return tanh(with_pattern(v[0], value) + v[1]); }, {value.data(), m});
+    verify_grad([&](std::vector<Var> v) { return tanh(v[1] - with_pattern(v[0], value)); }, {value.data(), cols});
+    verify_rop([&](std::vector<Var> v) { return with_pattern(v[0], value) + v[1]; }, {value.data(), m});
+  }
+}
+
+TEST(SparseOps, SparseGradOfRowLookupsStoresOnlyTheRowsUsedAndUpdatesInPlace) {
+  const Tensor w0 = random_tensor({6, 3}, f64, -1, 1, 61);
+  Shared W = shared(w0, "W");
+  const Tensor rows = Tensor::from(std::vector<int64_t>{4, 1, 4, -1}, {2, 2});  // 2-D, a repeat, a negative row
+  const Tensor c = random_tensor({2, 2, 3}, f64, -1, 1, 62);
+  Var lookup = take(W, constant(rows)), other = take(W, constant(Tensor::from(std::vector<int32_t>{2})));
+  Var cost = sum(lookup * constant(c)) + sum(square(other));
+  const SparseVar g = sparse_grad(cost, W);
+  EXPECT_EQ(g.format(), SparseFormat::csr);
+  Function look = function({}, {dense(g), grad(cost, Var(W)), g.indptr(), g.data()});
+  std::vector<Tensor> out = look();
+  expect_values(out[0], out[1].to_vector<double>(), 1e-12);  // the same gradient, stored sparsely
+  expect_values(out[2], {0, 0, 3, 6, 6, 12, 15}, 0);         // rows 1, 2, 4 (twice), 5 only
+  EXPECT_EQ(out[3].numel(), 15);
+  // The update touches the rows used, in W's own buffer.
+  Function step = function({}, {}, {.updates = {{W, W - 0.5 * g}}});
+  const void* before = W.get_value({.borrow = true}).raw_data();
+  step();
+  const Tensor after = W.get_value({.borrow = true});
+  EXPECT_EQ(after.raw_data(), before) << "W - rate * g is written over W";
+  std::vector<double> want = w0.to_vector<double>();
+  const std::vector<double> dense_g = out[1].to_vector<double>();
+  for (size_t i = 0; i < want.size(); ++i) want[i] -= 0.5 * dense_g[i];
+  expect_values(after, want, 1e-12);
+  // Its gradient with respect to the looked-up rows' gradient (through the data) is checked too.
+  verify_grad([&](std::vector<Var> v) {
+    Var e = v[0];
+    return dense(sparse_grad(sum(take(e, constant(rows)) * constant(c) * take(e, constant(rows))), e));
+  }, {w0});
+}
+
+TEST(SparseOps, SparseGradRefusesAMatrixReadOtherwiseThanByRows) {
+  Var W = matrix("W", f64), x = matrix("x", f64);
+  expect_error<GradError>([&] { sparse_grad(sum(dot(x, W)) + sum(take(W, constant(Tensor::from(std::vector<int64_t>{0})))), W); },
+                          {"sparse_grad", "dot", "not only by row lookups", "grad()"});
+  expect_error<GradError>([&] { sparse_grad(sum(take(W, constant(Tensor::from(std::vector<int64_t>{0})), 1)), W); },
+                          {"take{axis=1}"});
+  expect_error<GradError>([&] { sparse_grad(sum(x), W); }, {"does not depend on the matrix"});
+  Var ids = vector("ids", i64);
+  Function f = function({W, ids}, {dense(sparse_grad(sum(take(W, ids)), W))});
+  expect_error<ShapeError>([&] { f(random_tensor({3, 2}), Tensor::from(std::vector<int64_t>{3})); }, {"take", "index 3", "out of bounds"});
+}
+
+TEST(SparseOps, ProductsOfTwoSparseMatricesMatchTheDenseProductAndAreSizedWhenTheyRun) {
+  const Tensor a = sparse_dense(6, 5, 71), b = sparse_dense(5, 7, 72);
+  // A row of a with nothing stored, and a column of b with nothing stored.
+  std::vector<double> av = a.to_vector<double>(), bv = b.to_vector<double>();
+  for (int c = 0; c < 5; ++c) av[2 * 5 + c] = 0;
+  for (int r = 0; r < 5; ++r) bv[r * 7 + 3] = 0;
+  const Tensor a2 = Tensor::from(av, {6, 5}), b2 = Tensor::from(bv, {5, 7});
+  const std::vector<double> want = dense_dot(a2, b2).to_vector<double>();
+  for (SparseFormat format : kFormats) {
+    SCOPED_TRACE(sparse_format_name(format));
+    SparseVar x = sparse_input(format, "x"), y = sparse_input(format, "y");
+    const SparseVar product = dot(x, y);
+    EXPECT_EQ(product.format(), format);
+    Function f = function({x, y}, {dense(product), product.indices(), product.indptr()});
+    const std::vector<Tensor> out = f(sparse_from_dense(a2, format), sparse_from_dense(b2, format));
+    expect_values(out[0], want, 1e-12);
+    // Indices sorted within each segment; no entry stored twice.
+    const auto indices = out[1].to_vector<int64_t>(), indptr = out[2].to_vector<int64_t>();
+    for (size_t m = 0; m + 1 < indptr.size(); ++m)
+      for (int64_t k = indptr[m] + 1; k < indptr[m + 1]; ++k) EXPECT_LT(indices[k - 1], indices[k]);
+    bool listed = false;
+    for (const std::string& u : f.memory_report().unplanned) listed = listed || u.find("sparse_product") != std::string::npos;
+    EXPECT_TRUE(listed) << "the memory report names the product whose size depends on the values";
+    // Another pattern, another size, through the same function.
+    const Tensor c = sparse_dense(6, 5, 73);
+    expect_values(f(sparse_from_dense(c, format), sparse_from_dense(b2, format))[0], dense_dot(c, b2).to_vector<double>(), 1e-12);
+    const SparseTensor va = sparse_from_dense(a2, format), vb = sparse_from_dense(b2, format);
+    verify_grad([&](std::vector<Var> v) { return tanh(dense(dot(with_pattern(v[0], va), with_pattern(v[1], vb)))); }, {va.data(), vb.data()});
+    verify_rop([&](std::vector<Var> v) { return dense(dot(with_pattern(v[0], va), with_pattern(v[1], vb))); }, {va.data(), vb.data()});
+  }
+  SparseVar x = csr_matrix("x", f64), z = csc_matrix("z", f64);
+  expect_error<TypeError>([&] { dot(x, z); }, {"one format", "to_csr"});
+  SparseVar y = csr_matrix("y", f64);
+  Function f = function({x, y}, {dense(dot(x, y))});
+  expect_error<ShapeError>([&] { f(sparse_from_dense(a2, SparseFormat::csr), sparse_from_dense(a2, SparseFormat::csr)); },
+                           {"sparse_product{csr}", "(6, 5)", "columns must match b's rows"});
+}
+
+TEST(SparseOps, RegularGradientIsTheDenseMatrixsGradientEverywhere) {
+  const Tensor a = sparse_dense(4, 5, 81), w = random_tensor({5, 3}, f64, -1, 1, 82), d = random_tensor({4, 5}, f64, -1, 1, 83);
+  Var X = matrix("X", f64), W = matrix("W", f64), D = matrix("D", f64);
+  auto dense_cost = [&](const Var& m) { return sum(square(dot(m, W))) + sum(tanh(m + D)) + sum(sum(m, {0}) * sum(m, {0})); };
+  const Tensor want = eval1({X, W, D}, grad(dense_cost(X), X), {a, w, d});
+  for (SparseFormat format : kFormats) {
+    SCOPED_TRACE(sparse_format_name(format));
+    SparseVar x = sparse_input(format, "x");
+    const Var cost = sum(square(dot(x, W))) + sum(tanh(x + D)) + sum(sum(x, 0) * sum(x, 0));
+    const std::vector<Tensor> out = function({x, W, D}, {regular_grad(cost, x), dense(structured_grad(cost, x))})(
+        sparse_from_dense(a, format), w, d);
+    EXPECT_EQ(out[0].shape(), (Shape{4, 5}));
+    expect_values(out[0], want.to_vector<double>(), 1e-10);
+    // At the stored entries it agrees with the structured gradient; elsewhere it is not zero.
+    const auto regular = out[0].to_vector<double>(), structured = out[1].to_vector<double>(), av = a.to_vector<double>();
+    int off_pattern = 0;
+    for (size_t i = 0; i < av.size(); ++i) {
+      if (av[i] != 0) EXPECT_NEAR(regular[i], structured[i], 1e-10);
+      else off_pattern += regular[i] != 0;
+    }
+    EXPECT_GT(off_pattern, 0);
+  }
+}

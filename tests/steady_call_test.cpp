@@ -150,3 +150,26 @@ TEST(SteadyCall, AVectorOutputAllocatesNothing) {
   const std::vector<Tensor> args{Tensor::ones({3, 4})};
   EXPECT_EQ(allocations_per_steady_call(f, args), 0);
 }
+
+TEST(SteadyCall, PoolingAndItsGradientsAllocateNothing) {
+  // Max and average pooling and their gradients (LeNet's 2x2 windows and a padded 3x3), large
+  // enough to split over planes on two threads. The gradient is the output: an update step over
+  // 4-D values would also run fused elementwise kernels, which still allocate per call on 3-D and
+  // 4-D operands.
+  Var x = tensor4("x");
+  const std::vector<Tensor> args{random_tensor({4, 20, 24, 24}, f32, -1, 1, 2)};
+  const Shared w = shared(random_tensor({4, 20, 24, 24}, f32, 0.5, 1.5, 1), "w");
+  const Var h = x * w;
+  const Pool2dOptions padded{.window = {3, 3}, .stride = std::array<int64_t, 2>{1, 1}, .padding = {1, 1}};
+  for (int threads : {1, 2}) {
+    ThreadsForScope scope(threads);
+    const std::vector<std::pair<std::string, Var>> losses{{"max 2x2", sum(max_pool2d(h))}, {"avg 2x2", sum(avg_pool2d(h))},
+                                                          {"max 3x3 padded", sum(max_pool2d(h, padded))},
+                                                          {"avg 3x3 padded", sum(avg_pool2d(h, padded))}};
+    for (const auto& [name, loss] : losses) {
+      SCOPED_TRACE(name + ", " + std::to_string(threads) + " threads");
+      Function f = function({x}, {Out(grad(loss, w), {.borrow = true})}, {.keep_buffers = true});
+      EXPECT_EQ(allocations_per_steady_call(f, args), 0);
+    }
+  }
+}

@@ -87,9 +87,14 @@ SparseVar operator*(const Operand& dense_value, const SparseOperand& x);
 // The elementwise product of two sparse matrices of one format and shape: a's pattern, each entry
 // times b's value there (0 where b stores nothing).
 SparseVar operator*(const SparseOperand& a, const SparseOperand& b);
-// x + a dense value: dense, as NumPy's sum of a sparse and a dense matrix.
+// x + a dense value (a number, a vector of x's columns or a matrix broadcast to x's shape):
+// dense, as NumPy's sum of a sparse and a dense matrix. Where the dense value is a matrix of x's
+// shape that is not needed afterwards (W <- W - rate * g for a sparse g), the sum is written over
+// it and only x's stored entries are touched.
 Var operator+(const SparseOperand& x, const Operand& dense_value);
 Var operator+(const Operand& dense_value, const SparseOperand& x);
+Var operator-(const SparseOperand& x, const Operand& dense_value);
+Var operator-(const Operand& dense_value, const SparseOperand& x);
 
 // The dense matrix (repeated entries summed).
 Var dense(const SparseVar& x, Loc loc = Loc::current());
@@ -113,6 +118,10 @@ SparseVar col_scale(const SparseVar& x, const Var& s, Loc loc = Loc::current());
 // product's gradient sampled at x's stored entries.
 Var dot(const SparseVar& x, const Var& dense_matrix, Loc loc = Loc::current());
 Var dot(const Var& dense_matrix, const SparseVar& x, Loc loc = Loc::current());
+// The product of two sparse matrices of one format: sparse, of that format, its indices sorted in
+// each row (column). Its size depends on the patterns and is found when it runs. The gradients
+// with respect to both sides' data are structured.
+SparseVar dot(const SparseVar& a, const SparseVar& b, Loc loc = Loc::current());
 // p * (a . b^T) computed only at p's stored entries (a: m x k, b: n x k, p: m x n).
 SparseVar sampling_dot(const Var& a, const Var& b, const SparseVar& p, Loc loc = Loc::current());
 
@@ -134,5 +143,16 @@ Var sum(const SparseVar& x, int64_t axis, Loc loc = Loc::current());
 
 // The gradient of cost with respect to x's stored entries, with x's pattern (structured).
 SparseVar structured_grad(const Var& cost, const SparseVar& x, Loc loc = Loc::current());
+// The regular gradient (Theano's name): d cost / d X for the dense matrix X that x stands for,
+// every entry counted, stored or not (a dense matrix of x's shape). The cost is read as a function
+// of the whole matrix: its ops on x compute on every entry then, so a structured function of x
+// (structured(x, exp)) counts fn(0) where x stores nothing.
+Var regular_grad(const Var& cost, const SparseVar& x, Loc loc = Loc::current());
+// The gradient of cost with respect to a dense float matrix W that cost reads only through row
+// lookups take(W, rows) (an embedding), as a CSR matrix of W's shape that stores only the rows
+// looked up (Theano's sparse_grad): a row looked up twice is stored twice, and repeats sum. An
+// update {W, W - rate * g} then touches only those rows, written over W's own buffer. GradError
+// when W is read any other way (grad() gives the dense gradient then).
+SparseVar sparse_grad(const Var& cost, const Var& W, Loc loc = Loc::current());
 
 }  // namespace kiln

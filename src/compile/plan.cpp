@@ -275,7 +275,7 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
     }
     // The executable's scratch lives for this one instruction.
     std::vector<Shape> in_shapes, out_shapes;
-    bool sized = !forwards;
+    bool sized = !forwards && !ins.executable->scratch_depends_on_values();
     for (int s : ins.inputs) sized = sized && plan.shape[s].has_value();
     for (int s : ins.outputs) sized = sized && plan.shape[s].has_value();
     if (sized) {
@@ -288,6 +288,8 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
       }
     } else if (!forwards) {
       plan.scratch_offset[k] = -1;
+      if (ins.executable->scratch_depends_on_values())
+        plan.report.unplanned.push_back(ins.node->op->name() + " (working memory sized by values, " + ins.node->origin() + ")");
     }
     // Readers keep what they read alive; through views, the viewed buffer.
     for (int s : reads_values(ins)) {

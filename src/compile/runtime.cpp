@@ -289,8 +289,13 @@ std::span<std::byte> scratch_of(const Instruction& ins, size_t k, const MemoryPl
   if (plan.scratch_offset[k] >= 0)
     return {arena->data() + plan.scratch_offset[k], static_cast<size_t>(plan.scratch_bytes[k])};
   if (plan.scratch_offset[k] == kNoScratch) return {};
-  const NodeShapes shapes = node_shapes(*ins.node, *ins.executable, inputs);
-  const int64_t bytes = ins.executable->scratch_bytes(shapes.inputs, shapes.outputs);
+  int64_t bytes = 0;
+  if (ins.executable->scratch_depends_on_values()) {
+    bytes = ins.executable->scratch_bytes_of(inputs);
+  } else {
+    const NodeShapes shapes = node_shapes(*ins.node, *ins.executable, inputs);
+    bytes = ins.executable->scratch_bytes(shapes.inputs, shapes.outputs);
+  }
   if (bytes <= 0) return {};
   unplanned_scratch = cpu_backend().allocate(static_cast<size_t>(bytes));
   return {unplanned_scratch->data(), static_cast<size_t>(bytes)};

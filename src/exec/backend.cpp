@@ -8,6 +8,7 @@
 #include "ops/ifelse.hpp"
 #include "ops/join.hpp"
 #include "ops/nnet.hpp"
+#include "ops/pool.hpp"
 #include "ops/random.hpp"
 #include "ops/reduce.hpp"
 #include "ops/scan.hpp"
@@ -30,6 +31,7 @@ CpuBackend::CpuBackend() {
   add_join_kernels(kernels_);
   add_sparse_kernels(kernels_);
   add_nnet_kernels(kernels_);
+  add_pool_kernels(kernels_);
   add_ifelse_kernels(kernels_);
   add_scan_kernels(kernels_);
   add_cumulative_kernels(kernels_);

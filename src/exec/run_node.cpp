@@ -52,7 +52,8 @@ std::vector<Tensor> evaluate_node(const Node& node, const Executable& executable
     outputs[o] = Tensor::view_of(backend.allocate(static_cast<size_t>(shape_nbytes(out_shapes[o], dtype))), dtype,
                                  out_shapes[o], contiguous_strides(out_shapes[o]), 0);
   }
-  const int64_t scratch_bytes = executable.scratch_bytes(shapes.inputs, out_shapes);
+  const int64_t scratch_bytes =
+      executable.scratch_depends_on_values() ? executable.scratch_bytes_of(inputs) : executable.scratch_bytes(shapes.inputs, out_shapes);
   const std::shared_ptr<Storage> scratch = scratch_bytes > 0 ? backend.allocate(static_cast<size_t>(scratch_bytes)) : nullptr;
   run_node(node, executable, inputs, outputs,
            scratch ? std::span<std::byte>(scratch->data(), scratch->nbytes()) : std::span<std::byte>());

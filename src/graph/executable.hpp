@@ -71,6 +71,15 @@ class Executable {
     return 0;
   }
 
+  // Whether the working memory depends on the inputs' values and not only their shapes (a sparse
+  // product's row accumulator is as long as the second matrix's columns, which its shape value
+  // tells): the planner then leaves it to the run, which sizes it with scratch_bytes_of.
+  virtual bool scratch_depends_on_values() const { return false; }
+  virtual int64_t scratch_bytes_of(InputValues inputs) const {
+    (void)inputs;
+    return 0;
+  }
+
   // Computes the outputs. Each output arrives allocated with its inferred shape, except those the
   // op declares as views (Op::view_map), which run() sets: an output that still holds the view it
   // set last time, of the same bytes, may be left as it is (set_view does that). No run allocates:

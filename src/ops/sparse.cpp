@@ -4,12 +4,16 @@
 
 #include <algorithm>
 #include <cstring>
+#include <unordered_set>
 
+#include "graph/function_graph.hpp"
+#include "graph/node.hpp"
 #include "kiln/grad.hpp"
 #include "kiln/ops.hpp"
 #include "kiln/sparse_var.hpp"
 #include "ops/elemwise.hpp"
 #include "ops/reduce.hpp"
+#include "ops/subtensor.hpp"
 #include "tensor/copy.hpp"
 #include "tensor/dispatch.hpp"
 #include "tensor/isa.hpp"
@@ -403,6 +407,164 @@ std::vector<Var> SparseSample::L_op(const Node& node, const std::vector<Var>& g)
   const std::vector<Var>& in = node.inputs;
   const Var g_data = apply1(std::make_shared<SparseSample>(format()), {g[0], in[4], in[5], in[6], in[1], in[2], in[3]}, node.loc);
   return {g_data, Var(), Var(), Var(), Var(), Var(), Var()};
+}
+
+// ---- SparseAddDense
+
+std::vector<Type> SparseAddDense::infer_types(const std::vector<Type>& in) const {
+  if (in.size() != 5) throw TypeError(name() + ": takes data, indices, indptr, shape and a dense value");
+  expect_vector(name(), "data", in[0], true);
+  expect_vector(name(), "indices", in[1], false);
+  expect_vector(name(), "indptr", in[2], false);
+  expect_vector(name(), "shape", in[3], false);
+  if (in[4].ndim() > 2 || in[4].dtype != in[0].dtype)
+    throw TypeError(name() + ": the dense value must have at most 2 dimensions and the sparse matrix's dtype " +
+                    dtype_name(in[0].dtype) + ", got " + in[4].str());
+  return {Type{in[0].dtype, {false, false}}};
+}
+
+std::vector<Shape> SparseAddDense::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>& values) const {
+  if (in[0] != in[1])
+    throw ShapeError(name() + ": data " + shape_str(in[0]) + " and indices " + shape_str(in[1]) + " must have one entry per stored value");
+  if (!values[3]) throw ShapeError(name() + ": the result's shape is known only from the sparse matrix's shape value");
+  const auto [rows, cols] = shape_value(*this, *values[3]);
+  const Shape& d = in[4];
+  const int64_t d_rows = d.size() == 2 ? d[0] : 1, d_cols = d.empty() ? 1 : d.back();
+  if ((d_rows != rows && d_rows != 1) || (d_cols != cols && d_cols != 1))
+    throw ShapeError(name() + ": the dense value " + shape_str(d) + " does not broadcast to the sparse matrix's shape (" +
+                     std::to_string(rows) + ", " + std::to_string(cols) + ")");
+  return {{rows, cols}};
+}
+
+std::vector<Var> SparseAddDense::L_op(const Node& node, const std::vector<Var>& g) const {
+  const Var g_data = apply1(std::make_shared<SparseGather>(format()), {g[0], node.inputs[1], node.inputs[2], node.inputs[3]}, node.loc);
+  // The dense value's axes that broadcasting added (a vector's rows, a number's both) are summed
+  // away first.
+  const Var& d = node.inputs[4];
+  Var g_dense = g[0];
+  if (d.ndim() < 2) g_dense = d.ndim() == 1 ? sum(g_dense, {0}, false, node.loc) : sum(g_dense, {}, false, node.loc);
+  return {g_data, Var(), Var(), Var(), sum_to_shape_of(g_dense, d, node.loc)};
+}
+
+// ---- RowLookupGrad
+
+std::vector<Type> RowLookupGrad::infer_types(const std::vector<Type>& in) const {
+  if (in.size() != 3) throw TypeError(name() + ": takes the looked-up rows, their gradients and the matrix");
+  expect_vector(name(), "rows", in[0], false);
+  if (in[2].ndim() != 2 || !is_float(in[2].dtype))
+    throw TypeError(name() + ": the looked-up matrix must be a float matrix, got " + in[2].str());
+  expect_matrix(name(), "the rows' gradient", in[1], in[2].dtype);
+  return {Type{in[2].dtype, {false}}, Type{DType::i64, {false}}, Type{DType::i64, {false}}, Type{DType::i64, {false}}};
+}
+
+std::vector<Shape> RowLookupGrad::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
+  const int64_t n = in[0][0], cols = in[2][1];
+  if (in[1] != Shape{n, cols})
+    throw ShapeError(name() + ": " + std::to_string(n) + " rows looked up in a matrix " + shape_str(in[2]) +
+                     " need a gradient of shape " + shape_str({n, cols}) + ", got " + shape_str(in[1]));
+  return {{n * cols}, {n * cols}, {in[2][0] + 1}, {n}};
+}
+
+// data[positions[i] * cols + c] = g[i, c]: linear in g, its gradient reads the data's gradient back
+// at each lookup's place.
+std::vector<Var> RowLookupGrad::L_op(const Node& node, const std::vector<Var>& g) const {
+  if (!g[0].defined()) return {Var(), Var(), Var()};
+  const Var& rows_gradient = node.inputs[1];
+  const Var by_row = reshape(g[0], shape_of(rows_gradient, node.loc), 2, node.loc);
+  return {Var(), take(by_row, node.output(3), 0, node.loc), Var()};
+}
+
+// ---- SparseProduct
+
+std::vector<Type> SparseProduct::infer_types(const std::vector<Type>& in) const {
+  if (in.size() != 8) throw TypeError(name() + ": takes two sparse matrices' data, indices, indptr and shape");
+  for (size_t side : {0, 4}) {
+    expect_vector(name(), "data", in[side], true);
+    expect_vector(name(), "indices", in[side + 1], false);
+    expect_vector(name(), "indptr", in[side + 2], false);
+    expect_vector(name(), "shape", in[side + 3], false);
+  }
+  if (in[0].dtype != in[4].dtype)
+    throw TypeError(name() + ": both matrices must have one dtype, got " + in[0].str() + " and " + in[4].str());
+  return {Type{in[0].dtype, {false}}, Type{DType::i64, {false}}, Type{DType::i64, {false}}};
+}
+
+namespace {
+
+// The product in segment terms: CSR multiplies a's rows by b's rows (first a, then b), CSC b's
+// columns by a's columns (first b, then a); segment i of the result gathers, for each entry
+// (k, v) of the first's segment i, the second's segment k times v.
+struct ProductOperands {
+  Pattern first, second;
+  int64_t first_data, second_data;  // input positions of their data
+  int64_t rows, cols;               // the product's shape
+};
+
+ProductOperands product_operands(const Op& op, SparseFormat format, const Tensor& a_indices, const Tensor& a_indptr, const Tensor& a_shape,
+                                 const Tensor& b_indices, const Tensor& b_indptr, const Tensor& b_shape);
+
+// The entries of each segment of the product, counted with `marker` (one entry per minor index
+// of the result, -1 or a segment index); returns the total.
+int64_t count_product(const ProductOperands& p, int64_t* marker, int64_t* counts) {
+  std::fill_n(marker, p.second.n_minor, int64_t{-1});
+  int64_t total = 0;
+  for (int64_t i = 0; i < p.first.n_major; ++i) {
+    int64_t count = 0;
+    for (int64_t e = p.first.indptr[i]; e < p.first.indptr[i + 1]; ++e) {
+      const int64_t k = p.first.indices[e];
+      for (int64_t f = p.second.indptr[k]; f < p.second.indptr[k + 1]; ++f)
+        if (marker[p.second.indices[f]] != i) marker[p.second.indices[f]] = i, ++count;
+    }
+    if (counts) counts[i + 1] = count;
+    total += count;
+  }
+  return total;
+}
+
+}  // namespace
+
+std::vector<Shape> SparseProduct::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>& values) const {
+  for (size_t side : {0, 4})
+    if (in[side] != in[side + 1])
+      throw ShapeError(name() + ": data " + shape_str(in[side]) + " and indices " + shape_str(in[side + 1]) +
+                       " must have one entry per stored value");
+  for (int i : needs_input_values())
+    if (!values[static_cast<size_t>(i)]) throw ShapeError(name() + ": the product's size is known only from both patterns' values");
+  const ProductOperands p = product_operands(*this, format(), *values[1], *values[2], *values[3], *values[5], *values[6], *values[7]);
+  std::vector<int64_t> marker(static_cast<size_t>(std::max<int64_t>(p.second.n_minor, 1)));
+  const int64_t nnz = count_product(p, marker.data(), nullptr);
+  return {{nnz}, {nnz}, {p.first.n_major + 1}};
+}
+
+// Structured, as the products with dense matrices: the gradient of each side's data is the
+// product of g's matrix with the other side transposed, sampled at that side's pattern.
+std::vector<Var> SparseProduct::L_op(const Node& node, const std::vector<Var>& g) const {
+  const std::vector<Var>& in = node.inputs;
+  const Loc loc = node.loc;
+  const SparseVar a(format(), in[0], in[1], in[2], in[3], loc), b(format(), in[4], in[5], in[6], in[7], loc);
+  const SparseVar grad_c(format(), g[0], node.output(1), node.output(2), stack({in[3][0], in[7][1]}, 0, loc), loc);
+  auto in_format = [&](const SparseVar& x) { return format() == SparseFormat::csr ? to_csr(x, loc) : to_csc(x, loc); };
+  auto sampled_at = [&](const SparseVar& value, const SparseVar& pattern) {
+    return apply1(std::make_shared<SparseSample>(format()),
+                  {value.data(), value.indices(), value.indptr(), value.shape(), pattern.indices(), pattern.indptr(), pattern.shape()}, loc);
+  };
+  const Var g_a = sampled_at(dot(grad_c, in_format(transpose(b, loc)), loc), a);
+  const Var g_b = sampled_at(dot(in_format(transpose(a, loc)), grad_c, loc), b);
+  return {g_a, Var(), Var(), Var(), g_b, Var(), Var(), Var()};
+}
+
+// ---- FullPattern
+
+std::vector<Type> FullPattern::infer_types(const std::vector<Type>& in) const {
+  if (in.size() != 1) throw TypeError(name() + ": takes a shape");
+  expect_vector(name(), "shape", in[0], false);
+  return {Type{DType::i64, {false}}, Type{DType::i64, {false}}};
+}
+
+std::vector<Shape> FullPattern::infer_shapes(const std::vector<Shape>&, const std::vector<const Tensor*>& values) const {
+  if (!values[0]) throw ShapeError(name() + ": the pattern's size is known only from the shape's value");
+  const auto [rows, cols] = shape_value(*this, *values[0]);
+  return {{rows * cols}, {(format() == SparseFormat::csr ? rows : cols) + 1}};
 }
 
 // ---- kernels
@@ -863,9 +1025,157 @@ class SparseSampleKernel final : public KernelOf<SparseSample> {
   }
 };
 
+
+class SparseAddDenseKernel final : public KernelOf<SparseAddDense> {
+ public:
+  using KernelOf::KernelOf;
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
+    const SparseFormat format = op().format();
+    const auto [rows, cols, p] = checked_matrix(op(), format, in[1], in[2], in[3]);
+    Tensor& o = out[0];
+    const Tensor& d = in[4];
+    // Written over d (in place), only the stored entries change.
+    if (!(o.raw_data() == d.raw_data() && o.shape() == d.shape() && o.strides() == d.strides())) copy_broadcast(o, d);
+    dispatch_float(in[0].dtype(), "sparse_add_dense", [&](auto zero) {
+      using T = decltype(zero);
+      const T* v = in[0].data<T>();
+      const int64_t vs = in[0].strides()[0];
+      T* po = o.data<T>();
+      const int64_t ors = o.strides()[0], ocs = o.strides()[1];
+      for (int64_t m = 0; m < p.n_major; ++m)
+        for (int64_t k = p.indptr[m]; k < p.indptr[m + 1]; ++k) po[p.row(format, m, k) * ors + p.col(format, m, k) * ocs] += v[k * vs];
+    });
+  }
+};
+
+class RowLookupGradKernel final : public KernelOf<RowLookupGrad> {
+ public:
+  using KernelOf::KernelOf;
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
+    const Tensor &rows = in[0], &g = in[1];
+    const int64_t n = rows.numel(), n_rows = in[2].shape()[0], cols = in[2].shape()[1];
+    const int64_t* r = rows.data<int64_t>();
+    const int64_t rs = rows.strides()[0];
+    int64_t* indptr = out[2].data<int64_t>();
+    int64_t* positions = out[3].data<int64_t>();
+    auto row_of = [&](int64_t i) {
+      const int64_t v = r[i * rs], row = v < 0 ? v + n_rows : v;
+      if (row < 0 || row >= n_rows)
+        throw ShapeError(op().name() + ": row " + std::to_string(v) + " (lookup " + std::to_string(i) + ") is out of range for a matrix of " +
+                         std::to_string(n_rows) + " rows");
+      return row;
+    };
+    // A counting sort of the lookups by row, stable: indptr[r + 1] counts row r, then its end;
+    // placing the lookups from the last leaves indptr[r + 1] at row r's start.
+    std::fill_n(indptr, n_rows + 1, int64_t{0});
+    for (int64_t i = 0; i < n; ++i) ++indptr[row_of(i) + 1];
+    for (int64_t q = 0; q < n_rows; ++q) indptr[q + 1] += indptr[q];
+    for (int64_t i = n; i-- > 0;) positions[i] = --indptr[row_of(i) + 1];
+    for (int64_t q = 0; q < n_rows; ++q) indptr[q] = indptr[q + 1];
+    indptr[n_rows] = n;
+    for (int64_t q = 0; q <= n_rows; ++q) indptr[q] *= cols;
+    int64_t* indices = out[1].data<int64_t>();
+    dispatch_float(g.dtype(), "row_lookup_grad", [&](auto zero) {
+      using T = decltype(zero);
+      const T* pg = g.data<T>();
+      const int64_t grs = g.strides()[0], gcs = g.strides()[1];
+      T* data = out[0].data<T>();
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t at = positions[i] * cols;
+        for (int64_t c = 0; c < cols; ++c) {
+          data[at + c] = pg[i * grs + c * gcs];
+          indices[at + c] = c;
+        }
+      }
+    });
+  }
+};
+
+ProductOperands product_operands(const Op& op, SparseFormat format, const Tensor& a_indices, const Tensor& a_indptr, const Tensor& a_shape,
+                                 const Tensor& b_indices, const Tensor& b_indptr, const Tensor& b_shape) {
+  const CheckedMatrix a = checked_matrix(op, format, a_indices, a_indptr, a_shape);
+  const CheckedMatrix b = checked_matrix(op, format, b_indices, b_indptr, b_shape);
+  if (a.cols != b.rows)
+    throw ShapeError(op.name() + ": a (" + std::to_string(a.rows) + ", " + std::to_string(a.cols) + ") times b (" + std::to_string(b.rows) +
+                     ", " + std::to_string(b.cols) + "): a's columns must match b's rows");
+  const bool csr = format == SparseFormat::csr;
+  return {csr ? a.p : b.p, csr ? b.p : a.p, csr ? 0 : 4, csr ? 4 : 0, a.rows, b.cols};
+}
+
+class SparseProductKernel final : public KernelOf<SparseProduct> {
+ public:
+  using KernelOf::KernelOf;
+  bool scratch_depends_on_values() const override { return true; }
+  // A marker and an accumulator per minor index of the result.
+  int64_t scratch_bytes_of(InputValues in) const override {
+    const ProductOperands p = product_operands(op(), op().format(), in[1], in[2], in[3], in[5], in[6], in[7]);
+    return std::max<int64_t>(p.second.n_minor, 1) * static_cast<int64_t>(sizeof(int64_t) + dtype_size(output_dtype(0)));
+  }
+  void run(InputValues in, OutputValues out, std::span<std::byte> scratch) const override {
+    const ProductOperands p = product_operands(op(), op().format(), in[1], in[2], in[3], in[5], in[6], in[7]);
+    const int64_t minor = p.second.n_minor;
+    if (static_cast<int64_t>(scratch.size()) < std::max<int64_t>(minor, 1) * static_cast<int64_t>(sizeof(int64_t) + dtype_size(output_dtype(0))))
+      throw Error(op().name() + ": working memory too small (please report it)");
+    int64_t* marker = reinterpret_cast<int64_t*>(scratch.data());
+    int64_t* indptr = out[2].data<int64_t>();
+    int64_t* indices = out[1].data<int64_t>();
+    indptr[0] = 0;
+    const int64_t nnz = count_product(p, marker, indptr);
+    for (int64_t i = 0; i < p.first.n_major; ++i) indptr[i + 1] += indptr[i];
+    if (nnz != out[1].numel()) throw Error(op().name() + ": the patterns changed while it ran (please report it)");
+    dispatch_float(output_dtype(0), "sparse_product", [&](auto zero) {
+      using T = decltype(zero);
+      T* acc = reinterpret_cast<T*>(marker + std::max<int64_t>(minor, 1));
+      const T* first = in[static_cast<size_t>(p.first_data)].template data<T>();
+      const T* second = in[static_cast<size_t>(p.second_data)].template data<T>();
+      const int64_t fs = in[static_cast<size_t>(p.first_data)].strides()[0], ss = in[static_cast<size_t>(p.second_data)].strides()[0];
+      T* data = out[0].template data<T>();
+      std::fill_n(marker, minor, int64_t{-1});
+      for (int64_t i = 0; i < p.first.n_major; ++i) {
+        int64_t* row = indices + indptr[i];
+        int64_t n = 0;
+        for (int64_t e = p.first.indptr[i]; e < p.first.indptr[i + 1]; ++e) {
+          const int64_t k = p.first.indices[e];
+          const T v = first[e * fs];
+          for (int64_t f = p.second.indptr[k]; f < p.second.indptr[k + 1]; ++f) {
+            const int64_t j = p.second.indices[f];
+            if (marker[j] != i) {
+              marker[j] = i;
+              acc[j] = T(0);
+              row[n++] = j;
+            }
+            acc[j] += v * second[f * ss];
+          }
+        }
+        std::sort(row, row + n);
+        for (int64_t q = 0; q < n; ++q) data[indptr[i] + q] = acc[row[q]];
+      }
+    });
+  }
+};
+
+class FullPatternKernel final : public KernelOf<FullPattern> {
+ public:
+  using KernelOf::KernelOf;
+  void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
+    const auto [rows, cols] = shape_value(op(), in[0]);
+    const bool csr = op().format() == SparseFormat::csr;
+    const int64_t n_major = csr ? rows : cols, n_minor = csr ? cols : rows;
+    int64_t* indices = out[0].data<int64_t>();
+    int64_t* indptr = out[1].data<int64_t>();
+    for (int64_t m = 0; m <= n_major; ++m) indptr[m] = m * n_minor;
+    for (int64_t m = 0; m < n_major; ++m)
+      for (int64_t j = 0; j < n_minor; ++j) indices[m * n_minor + j] = j;
+  }
+};
+
 }  // namespace
 
 void add_sparse_kernels(KernelTable& table) {
+  table.add<FullPattern, FullPatternKernel>();
+  table.add<SparseProduct, SparseProductKernel>();
+  table.add<SparseAddDense, SparseAddDenseKernel>();
+  table.add<RowLookupGrad, RowLookupGradKernel>();
   table.add<SparseDot, SparseDotKernel>();
   table.add<SamplingDot, SamplingDotKernel>();
   table.add<SparseGather, SparseGatherKernel>();
@@ -1023,10 +1333,60 @@ SparseVar col_scale(const SparseVar& x, const Var& s, Loc loc) {
 }
 
 Var operator+(const SparseOperand& x, const Operand& dense_value) {
-  return Operand(dense(x.var, x.loc), x.loc) + Operand(dense_value.var, x.loc);
+  const SparseVar& s = x.var;
+  const Var& d = dense_value.var;
+  if (!d.defined() || d.ndim() > 2 || !(is_float(d.dtype()) || d.dtype() == DType::i32 || d.dtype() == DType::i64 || d.dtype() == DType::b8))
+    throw TypeError("sparse + dense: " + s.str() + " + " + (d.defined() ? d.type().str() : std::string("nothing")) +
+                    ": the dense value must be a number, vector or matrix (at " + loc_str(x.loc) + ")");
+  const Var weak_free = d.get()->weak ? cast(d, s.dtype(), x.loc) : d;
+  const DType dtype = result_dtype({s.data(), weak_free});
+  const DType float_dtype = is_float(dtype) ? dtype : DType::f64;
+  return apply1(std::make_shared<SparseAddDense>(s.format()),
+                {cast(s.data(), float_dtype, x.loc), s.indices(), s.indptr(), s.shape(), cast(weak_free, float_dtype, x.loc)}, x.loc);
 }
-Var operator+(const Operand& dense_value, const SparseOperand& x) {
-  return Operand(dense_value.var, x.loc) + Operand(dense(x.var, x.loc), x.loc);
+Var operator+(const Operand& dense_value, const SparseOperand& x) { return x + dense_value; }
+Var operator-(const SparseOperand& x, const Operand& dense_value) { return x + Operand(-dense_value.var, x.loc); }
+Var operator-(const Operand& dense_value, const SparseOperand& x) { return -x + dense_value; }
+
+SparseVar sparse_grad(const Var& cost, const Var& W, Loc loc) {
+  const std::string what = "sparse_grad(cost, " + (W.defined() ? W.type().str() : std::string("nothing")) + ") at " + loc_str(loc);
+  if (!cost.defined() || !W.defined()) throw GradError(what + ": the cost and the matrix must be defined");
+  if (W.ndim() != 2 || !is_float(W.dtype()))
+    throw GradError(what + ": the matrix must be a float matrix (an embedding); use grad() for other values");
+  // Every use of W on the way to the cost must be a lookup of its rows.
+  std::vector<Var> lookups;
+  std::unordered_set<const Node*> seen;
+  std::vector<const Node*> pending;
+  if (cost.get()->owner) pending.push_back(cost.get()->owner);
+  while (!pending.empty()) {
+    const Node* n = pending.back();
+    pending.pop_back();
+    if (!seen.insert(n).second) continue;
+    for (size_t i = 0; i < n->inputs.size(); ++i) {
+      const Var& in = n->inputs[i];
+      if (in.get() == W.get()) {
+        const auto* take_op = dynamic_cast<const Take*>(n->op.get());
+        if (!take_op || take_op->axis() != 0 || i != 0)
+          throw GradError(what + ": the matrix is read by " + n->op->name() + " (" + n->origin() +
+                          "), not only by row lookups take(W, rows); use grad() for its dense gradient");
+        lookups.push_back(n->output(0));
+      }
+      if (in.get()->owner) pending.push_back(in.get()->owner);
+    }
+  }
+  if (lookups.empty()) throw GradError(what + ": the cost does not depend on the matrix");
+  const std::vector<Var> gradients = grad(cost, lookups);
+  std::vector<Var> rows, row_gradients;
+  for (size_t k = 0; k < lookups.size(); ++k) {
+    const Node& lookup = *lookups[k].get()->owner;
+    const Var flat_rows = cast(flatten(lookup.inputs[1], 1, loc), DType::i64, loc);
+    rows.push_back(flat_rows);
+    row_gradients.push_back(reshape(gradients[k], stack({shape_of(flat_rows, loc)[0], shape_of(W, loc)[1]}, 0, loc), 2, loc));
+  }
+  const Var all_rows = rows.size() == 1 ? rows[0] : concatenate(rows, 0, loc);
+  const Var all_gradients = row_gradients.size() == 1 ? row_gradients[0] : concatenate(row_gradients, 0, loc);
+  const std::vector<Var> out = apply(std::make_shared<RowLookupGrad>(), {all_rows, cast(all_gradients, W.dtype(), loc), W}, loc);
+  return SparseVar(SparseFormat::csr, out[0], out[1], out[2], shape_of(W, loc), loc);
 }
 
 Var dot(const SparseVar& x, const Var& dense_matrix, Loc loc) {
@@ -1037,6 +1397,18 @@ Var dot(const SparseVar& x, const Var& dense_matrix, Loc loc) {
   const DType float_dtype = is_float(dtype) ? dtype : DType::f64;
   return apply1(std::make_shared<SparseDot>(x.format()),
                 {cast(x.data(), float_dtype, loc), x.indices(), x.indptr(), x.shape(), cast(dense_matrix, float_dtype, loc)}, loc);
+}
+
+SparseVar dot(const SparseVar& a, const SparseVar& b, Loc loc) {
+  if (a.format() != b.format())
+    throw TypeError("dot(" + a.str() + ", " + b.str() + "): both matrices must have one format; to_csr or to_csc converts (at " +
+                    loc_str(loc) + ")");
+  const DType dtype = result_dtype({a.data(), b.data()});
+  const std::vector<Var> out = apply(std::make_shared<SparseProduct>(a.format()),
+                                     {cast(a.data(), dtype, loc), a.indices(), a.indptr(), a.shape(), cast(b.data(), dtype, loc),
+                                      b.indices(), b.indptr(), b.shape()},
+                                     loc);
+  return SparseVar(a.format(), out[0], out[1], out[2], stack({a.shape()[0], b.shape()[1]}, 0, loc), loc);
 }
 
 Var dot(const Var& dense_matrix, const SparseVar& x, Loc loc) {
@@ -1141,6 +1513,20 @@ Var sum(const SparseVar& x, int64_t axis, Loc loc) {
   if (a != 0 && a != 1)
     throw TypeError("sum(" + x.str() + ", axis=" + std::to_string(axis) + "): a sparse matrix has axes 0 and 1 (at " + loc_str(loc) + ")");
   return apply1(std::make_shared<SparseReduce>(x.format(), a), parts(x), loc);
+}
+
+Var regular_grad(const Var& cost, const SparseVar& x, Loc loc) {
+  if (!cost.defined() || !x.defined()) throw GradError("regular_grad: the cost and the sparse matrix must be defined (at " + loc_str(loc) + ")");
+  // The cost rebuilt on a matrix that stores every entry, whose data are the elements of a dense
+  // stand-in P (a fresh variable, so that the rebuilt cost does not read x); its gradient with
+  // respect to P, evaluated at P = dense(x).
+  const Var P = tensor(x.dtype(), {false, false}, "regular_grad.dense");
+  const std::vector<Var> full = apply(std::make_shared<FullPattern>(x.format()), {x.shape()}, loc);
+  const Var full_data = x.format() == SparseFormat::csr ? flatten(P, 1, loc) : flatten(transpose(P, loc), 1, loc);
+  const FunctionGraph rebuilt({}, {cost}, {{x.data(), full_data}, {x.indices(), full[0]}, {x.indptr(), full[1]}});
+  const Var g = grad(rebuilt.outputs()[0], P);
+  const FunctionGraph at_x({}, {g}, {{P, dense(x, loc)}});
+  return at_x.outputs()[0];
 }
 
 SparseVar structured_grad(const Var& cost, const SparseVar& x, Loc loc) {

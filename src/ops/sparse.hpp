@@ -197,6 +197,65 @@ class SparseSample final : public SparseFormatOp {
   std::string with_format_name() const { return std::string("sparse_sample{") + sparse_format_name(format()) + "}"; }
 };
 
+// x + d for sparse x and dense d broadcast to x's shape (NumPy): inputs data, indices, indptr,
+// shape, d; output the dense sum. The planner may write it over d (d of the sum's shape, dying here
+// or the shared variable the sum updates): then only x's stored entries are touched.
+class SparseAddDense final : public SparseFormatOp {
+ public:
+  using SparseFormatOp::SparseFormatOp;
+  std::string name() const override { return std::string("sparse_add_dense{") + sparse_format_name(format()) + "}"; }
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
+  std::vector<int> needs_input_values() const override { return {3}; }
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+  std::vector<std::pair<int, int>> inplace_options() const override { return {{0, 4}}; }
+  bool checks_values_before_writing() const override { return true; }
+};
+
+// The gradient of row lookups take(W, rows) as a CSR matrix of W's shape (Theano's sparse_grad):
+// inputs rows (1-D i64, negative counted from the end), g (one gradient row per lookup:
+// len(rows) x cols) and W (read for its shape). Outputs data, indices and indptr, where row r
+// stores the cols entries of each lookup of r in lookup order (repeats sum, as everywhere), and
+// positions: where lookup i's row landed, counted in rows of the data.
+class RowLookupGrad final : public Op {
+ public:
+  void params(OpParams&) const override {}
+  std::string name() const override { return "row_lookup_grad"; }
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+  std::vector<int> shape_only_inputs() const override { return {2}; }
+};
+
+// a . b for two sparse matrices of one format (a: rows x inner, b: inner x cols): inputs a's
+// data, indices, indptr, shape, then b's; outputs the product's data, indices (sorted in each
+// segment) and indptr. How many entries it has depends on the patterns, so its sizes and its
+// working memory (a row accumulator as long as a segment of the result) are found when it runs.
+class SparseProduct final : public SparseFormatOp {
+ public:
+  using SparseFormatOp::SparseFormatOp;
+  std::string name() const override { return std::string("sparse_product{") + sparse_format_name(format()) + "}"; }
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
+  std::vector<int> needs_input_values() const override { return {1, 2, 3, 5, 6, 7}; }
+  std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
+  bool checks_values_before_writing() const override { return true; }
+};
+
+// The pattern that stores every entry of a matrix of a given shape: input the shape (i64 vector
+// of 2); outputs indices and indptr in `format`'s layout (the data is the dense matrix's elements
+// in that order). regular_grad rebuilds a cost on it.
+class FullPattern final : public SparseFormatOp {
+ public:
+  using SparseFormatOp::SparseFormatOp;
+  std::string name() const override { return std::string("full_pattern{") + sparse_format_name(format()) + "}"; }
+  std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
+  std::vector<int> needs_input_values() const override { return {0}; }
+  std::vector<Var> L_op(const Node&, const std::vector<Var>&) const override { return {Var()}; }
+  bool may_fail_on_values() const override { return false; }
+};
+
 SparseFormat transposed(SparseFormat format);
 
 void add_sparse_kernels(KernelTable& table);
