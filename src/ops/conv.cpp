@@ -136,11 +136,16 @@ std::vector<Type> Conv2dGradInput::infer_types(const std::vector<Type>& in) cons
   return {Type{in.at(0).dtype, in.at(2).broadcastable}};
 }
 
+ConvGeometry ConvOp::gradient_geometry(const Shape& input, const Shape& filters, const Shape& output_gradient) const {
+  const ConvGeometry g = geometry(input, filters);
+  if (output_gradient != g.output_shape())
+    throw ShapeError(name() + ": the output gradient is " + shape_str(output_gradient) + ", the convolution's output " +
+                     shape_str(g.output_shape()));
+  return g;
+}
+
 std::vector<Shape> Conv2dGradInput::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
-  const ConvGeometry g = geometry(in[2], in[1]);
-  if (in[0] != g.output_shape())
-    throw ShapeError(name() + ": the output gradient is " + shape_str(in[0]) + ", the convolution's output " + shape_str(g.output_shape()));
-  return {in[2]};
+  return {gradient_geometry(in[2], in[1], in[0]).input_shape()};
 }
 
 // gx = grad_input(gy, w) is linear in each of gy and w: <gx, g> = <gy, conv(g, w)>, and as a
@@ -159,10 +164,7 @@ std::vector<Type> Conv2dGradFilters::infer_types(const std::vector<Type>& in) co
 }
 
 std::vector<Shape> Conv2dGradFilters::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
-  const ConvGeometry g = geometry(in[0], in[2]);
-  if (in[1] != g.output_shape())
-    throw ShapeError(name() + ": the output gradient is " + shape_str(in[1]) + ", the convolution's output " + shape_str(g.output_shape()));
-  return {in[2]};
+  return {gradient_geometry(in[0], in[2], in[1]).filter_shape()};
 }
 
 // gw = grad_filters(x, gy): <gw, g> = <conv(x, g), gy>, so x gets grad_input(gy, g) and gy gets conv(x, g).

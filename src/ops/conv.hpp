@@ -32,6 +32,8 @@ class ConvOp : public Op {
   void params(OpParams& out) const override;
   // The geometry of input x filters; ShapeError naming the op and both shapes when they do not fit.
   ConvGeometry geometry(const Shape& input, const Shape& filters) const;
+  // The same, for a gradient given the output's gradient, checked to have the output's shape.
+  ConvGeometry gradient_geometry(const Shape& input, const Shape& filters, const Shape& output_gradient) const;
   bool may_fail_on_values() const override { return false; }
 
  protected:

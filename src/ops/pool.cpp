@@ -80,18 +80,24 @@ void PoolWindows::write(OpParams& out) const {
   out << window[0] << window[1] << stride[0] << stride[1] << padding[0] << padding[1] << ignore_border << count_include_pad;
 }
 
-Pool2d::Pool2d(PoolMode mode, PoolWindows windows) : mode_(mode), windows_(windows) {
-  if (mode_ == PoolMode::max) windows_.count_include_pad = true;  // meaningless for max: equal ops stay equal
+namespace {
+// count_include_pad means nothing to max pooling: kept true there, so that equal ops stay equal.
+PoolWindows normalized(PoolMode mode, PoolWindows windows) {
+  if (mode == PoolMode::max) windows.count_include_pad = true;
+  return windows;
 }
+}  // namespace
+
+Pool2d::Pool2d(PoolMode mode, PoolWindows windows) : PoolOp(normalized(mode, windows)), mode_(mode) {}
 
 void Pool2d::params(OpParams& out) const {
   out << mode_;
-  windows_.write(out);
+  PoolOp::params(out);
 }
 
 std::string Pool2d::name() const {
-  std::string s = mode_name(mode_) + std::string("{") + windows_.str();
-  if (mode_ == PoolMode::avg) s += std::string(",count_include_pad=") + (windows_.count_include_pad ? "true" : "false");
+  std::string s = mode_name(mode_) + std::string("{") + windows().str();
+  if (mode_ == PoolMode::avg) s += std::string(",count_include_pad=") + (windows().count_include_pad ? "true" : "false");
   return s + "}";
 }
 
@@ -101,15 +107,15 @@ std::vector<Type> Pool2d::infer_types(const std::vector<Type>& in) const {
 }
 
 std::vector<Shape> Pool2d::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
-  return {pooled_shape(windows_, in[0], name())};
+  return {pooled_shape(windows(), in[0], name())};
 }
 
 std::vector<Var> Pool2d::L_op(const Node& node, const std::vector<Var>& gouts) const {
   if (!gouts[0].defined()) return {Var()};
   const Var& x = node.inputs[0];
   const Var gy = cast(gouts[0], x.dtype(), node.loc);
-  if (mode_ == PoolMode::max) return {apply1(std::make_shared<MaxPool2dGrad>(windows_), {x, node.output(0), gy}, node.loc)};
-  return {apply1(std::make_shared<AvgPool2dGrad>(windows_), {gy, x}, node.loc)};
+  if (mode_ == PoolMode::max) return {apply1(std::make_shared<MaxPool2dGrad>(windows()), {x, node.output(0), gy}, node.loc)};
+  return {apply1(std::make_shared<AvgPool2dGrad>(windows()), {gy, x}, node.loc)};
 }
 
 std::vector<Type> MaxPool2dGrad::infer_types(const std::vector<Type>& in) const {
@@ -121,7 +127,7 @@ std::vector<Type> MaxPool2dGrad::infer_types(const std::vector<Type>& in) const 
 }
 
 std::vector<Shape> MaxPool2dGrad::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
-  const Shape pooled = pooled_shape(windows_, in[0], name());
+  const Shape pooled = pooled_shape(windows(), in[0], name());
   check_pooled(in[1], pooled, in[0], name(), "pooled y");
   check_pooled(in[2], pooled, in[0], name(), "gradient gy");
   return {in[0]};
@@ -131,7 +137,7 @@ std::vector<Var> MaxPool2dGrad::L_op(const Node& node, const std::vector<Var>& g
   if (!gouts[0].defined()) return {Var(), Var(), Var()};
   const Var &x = node.inputs[0], &y = node.inputs[1];
   const Var ggx = cast(gouts[0], x.dtype(), node.loc);
-  return {Var(), Var(), apply1(std::make_shared<MaxPool2dGradGrad>(windows_), {x, y, ggx}, node.loc)};
+  return {Var(), Var(), apply1(std::make_shared<MaxPool2dGradGrad>(windows()), {x, y, ggx}, node.loc)};
 }
 
 std::vector<Type> MaxPool2dGradGrad::infer_types(const std::vector<Type>& in) const {
@@ -143,7 +149,7 @@ std::vector<Type> MaxPool2dGradGrad::infer_types(const std::vector<Type>& in) co
 }
 
 std::vector<Shape> MaxPool2dGradGrad::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
-  check_pooled(in[1], pooled_shape(windows_, in[0], name()), in[0], name(), "pooled y");
+  check_pooled(in[1], pooled_shape(windows(), in[0], name()), in[0], name(), "pooled y");
   if (in[2] != in[0])
     throw ShapeError(name() + ": gradient ggx " + shape_str(in[2]) + " does not have the shape of input x " + shape_str(in[0]));
   return {in[1]};
@@ -153,7 +159,7 @@ std::vector<Var> MaxPool2dGradGrad::L_op(const Node& node, const std::vector<Var
   if (!gouts[0].defined()) return {Var(), Var(), Var()};
   const Var &x = node.inputs[0], &y = node.inputs[1];
   const Var gy = cast(gouts[0], x.dtype(), node.loc);
-  return {Var(), Var(), apply1(std::make_shared<MaxPool2dGrad>(windows_), {x, y, gy}, node.loc)};
+  return {Var(), Var(), apply1(std::make_shared<MaxPool2dGrad>(windows()), {x, y, gy}, node.loc)};
 }
 
 std::vector<Type> AvgPool2dGrad::infer_types(const std::vector<Type>& in) const {
@@ -164,14 +170,14 @@ std::vector<Type> AvgPool2dGrad::infer_types(const std::vector<Type>& in) const 
 }
 
 std::vector<Shape> AvgPool2dGrad::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
-  check_pooled(in[0], pooled_shape(windows_, in[1], name()), in[1], name(), "gradient gy");
+  check_pooled(in[0], pooled_shape(windows(), in[1], name()), in[1], name(), "gradient gy");
   return {in[1]};
 }
 
 std::vector<Var> AvgPool2dGrad::L_op(const Node& node, const std::vector<Var>& gouts) const {
   if (!gouts[0].defined()) return {Var(), Var()};
   const Var g = cast(gouts[0], node.inputs[1].dtype(), node.loc);
-  return {apply1(std::make_shared<Pool2d>(PoolMode::avg, windows_), {g}, node.loc), Var()};
+  return {apply1(std::make_shared<Pool2d>(PoolMode::avg, windows()), {g}, node.loc), Var()};
 }
 
 namespace {

@@ -26,14 +26,28 @@ struct PoolWindows {
 
 enum class PoolMode : uint8_t { max, avg };
 
+// What every pooling op has: its windows, as its parameters; values never make it fail.
+class PoolOp : public Op {
+ public:
+  explicit PoolOp(PoolWindows windows) : windows_(windows) {}
+  const PoolWindows& windows() const { return windows_; }
+  void params(OpParams& out) const override { windows_.write(out); }
+  bool may_fail_on_values() const override { return false; }
+
+ protected:
+  std::string named(const char* what) const { return std::string(what) + "{" + windows_.str() + "}"; }
+
+ private:
+  PoolWindows windows_;
+};
+
 // max_pool2d / avg_pool2d of an N x C x H x W input (f32 or f64), each channel apart. Max pads with
 // -infinity and propagates NaN (NumPy's max); average divides by the window's size within the
 // padded input (count_include_pad) or by its count of input elements.
-class Pool2d final : public Op {
+class Pool2d final : public PoolOp {
  public:
   Pool2d(PoolMode mode, PoolWindows windows);
   PoolMode mode() const { return mode_; }
-  const PoolWindows& windows() const { return windows_; }
   void params(OpParams& out) const override;
   std::string name() const override;
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
@@ -41,68 +55,48 @@ class Pool2d final : public Op {
   // Max: the output's gradient goes to each window's first maximum (MaxPool2dGrad). Average: it
   // is spread over each window (AvgPool2dGrad).
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
-  bool may_fail_on_values() const override { return false; }
 
  private:
   PoolMode mode_;
-  PoolWindows windows_;
 };
 
 // The gradient of max pooling, (x, y, gy) -> gx: gy[window] added at the window's first maximum,
 // found again from x and the pooled y (the first element equal to y, or the first NaN when y is
 // NaN); zero elsewhere.
-class MaxPool2dGrad final : public Op {
+class MaxPool2dGrad final : public PoolOp {
  public:
-  explicit MaxPool2dGrad(PoolWindows windows) : windows_(windows) {}
-  const PoolWindows& windows() const { return windows_; }
-  void params(OpParams& out) const override { windows_.write(out); }
-  std::string name() const override { return "max_pool2d_grad{" + windows_.str() + "}"; }
+  using PoolOp::PoolOp;
+  std::string name() const override { return named("max_pool2d_grad"); }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
   // Linear in gy (its transpose is MaxPool2dGradGrad); piecewise constant in x and y, whose
   // gradients are zero.
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
-  bool may_fail_on_values() const override { return false; }
-
- private:
-  PoolWindows windows_;
 };
 
 // The gradient of MaxPool2dGrad with respect to gy, (x, y, ggx) -> ggy of y's shape: ggx read at
 // each window's first maximum. It is also max pooling's Jacobian-vector product.
-class MaxPool2dGradGrad final : public Op {
+class MaxPool2dGradGrad final : public PoolOp {
  public:
-  explicit MaxPool2dGradGrad(PoolWindows windows) : windows_(windows) {}
-  const PoolWindows& windows() const { return windows_; }
-  void params(OpParams& out) const override { windows_.write(out); }
-  std::string name() const override { return "max_pool2d_grad_grad{" + windows_.str() + "}"; }
+  using PoolOp::PoolOp;
+  std::string name() const override { return named("max_pool2d_grad_grad"); }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
   // Linear in ggx (its transpose is MaxPool2dGrad); zero gradients for x and y.
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
-  bool may_fail_on_values() const override { return false; }
-
- private:
-  PoolWindows windows_;
 };
 
 // The gradient of average pooling, (gy, x) -> gx: gy[window] / divisor added to each input element
 // of the window. x gives the shape alone.
-class AvgPool2dGrad final : public Op {
+class AvgPool2dGrad final : public PoolOp {
  public:
-  explicit AvgPool2dGrad(PoolWindows windows) : windows_(windows) {}
-  const PoolWindows& windows() const { return windows_; }
-  void params(OpParams& out) const override { windows_.write(out); }
-  std::string name() const override { return "avg_pool2d_grad{" + windows_.str() + "}"; }
+  using PoolOp::PoolOp;
+  std::string name() const override { return named("avg_pool2d_grad"); }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
   // Linear in gy: its transpose is average pooling with the same windows. x's gradient is zero.
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
   std::vector<int> shape_only_inputs() const override { return {1}; }
-  bool may_fail_on_values() const override { return false; }
-
- private:
-  PoolWindows windows_;
 };
 
 void add_pool_kernels(KernelTable& table);
