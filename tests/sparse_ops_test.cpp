@@ -609,3 +609,31 @@ TEST(SparseOps, RegularGradientIsTheDenseMatrixsGradientEverywhere) {
     EXPECT_GT(off_pattern, 0);
   }
 }
+
+TEST(SparseOps, EveryDifferentiableSparseOpPassesVerifyRop) {
+  const Tensor a = sparse_dense(4, 3, 91), b = sparse_dense(4, 3, 92), c = sparse_dense(2, 3, 93), e = sparse_dense(4, 5, 94);
+  const Tensor m = random_tensor({4, 3}, f64, -1, 1, 95), r = random_tensor({4}, f64, -1, 1, 96);
+  for (SparseFormat format : kFormats) {
+    SCOPED_TRACE(sparse_format_name(format));
+    const SparseTensor va = sparse_from_dense(a, format), vb = sparse_from_dense(b, format), vc = sparse_from_dense(c, format),
+                       ve = sparse_from_dense(e, format);
+    auto on = [](const Var& data, const SparseTensor& value) { return with_pattern(data, value); };
+    verify_rop([&](std::vector<Var> v) { return dense(on(v[0], va) * v[1]); }, {va.data(), m});
+    verify_rop([&](std::vector<Var> v) { return dense(row_scale(on(v[0], va), v[1])); }, {va.data(), r});
+    verify_rop([&](std::vector<Var> v) { return dense(on(v[0], va) + on(v[1], vb)) * 2.0; }, {va.data(), vb.data()});
+    verify_rop([&](std::vector<Var> v) { return dense(on(v[0], va) - on(v[1], vb) * 2.0); }, {va.data(), vb.data()});
+    verify_rop([&](std::vector<Var> v) { return dense(vstack({on(v[0], va), on(v[1], vc)})); }, {va.data(), vc.data()});
+    verify_rop([&](std::vector<Var> v) { return dense(hstack({on(v[0], va), on(v[1], ve)})); }, {va.data(), ve.data()});
+    verify_rop([&](std::vector<Var> v) { return dense(on(v[0], va) * on(v[1], vb)); }, {va.data(), vb.data()});
+    verify_rop([&](std::vector<Var> v) { return dense(to_csr(on(v[0], va))) + dense(to_csc(on(v[0], va))); }, {va.data()});
+    verify_rop([&](std::vector<Var> v) { return dense(structured(on(v[0], va), sigmoid)); }, {va.data()});
+    verify_rop([&](std::vector<Var> v) { return dense(transpose(on(v[0], va))) * 3.0; }, {va.data()});
+  }
+  const SparseTensor rows_value = sparse_from_dense(a, SparseFormat::csr), columns_value = sparse_from_dense(a, SparseFormat::csc);
+  verify_rop([&](std::vector<Var> v) { return dense(rows(with_pattern(v[0], rows_value), 1, 3)); }, {rows_value.data()});
+  verify_rop([&](std::vector<Var> v) { return dense(columns(with_pattern(v[0], columns_value), 0, 2)); }, {columns_value.data()});
+  verify_rop([&](std::vector<Var> v) { return sum(row(with_pattern(v[0], rows_value), -1), 1); }, {rows_value.data()});
+  // sparse_grad's data follow the looked-up rows' gradients linearly.
+  const Tensor ids = Tensor::from(std::vector<int64_t>{2, 0, 2});
+  verify_rop([&](std::vector<Var> v) { return dense(sparse_grad(sum(square(take(v[0], constant(ids)))), v[0])); }, {m});
+}
