@@ -100,4 +100,8 @@ TEST(Shape, ArangeRefusesZeroStepsAndInfinities) {
   expect_error<TypeError>([] { arange(0.0, 1.0, 0.0); }, {"arange", "step cannot be zero"});
   expect_error<TypeError>([] { arange(0.0, std::numeric_limits<double>::infinity()); }, {"arange", "finite"});
   expect_error<TypeError>([] { arange(int64_t{0}, INT64_MAX); }, {"arange", "too many"});
+  // An unsigned bound above INT64_MAX wrapped to a negative one (an empty range, silently).
+  expect_error<TypeError>([] { arange(uint64_t{1} << 63); }, {"arange", "above the largest i64"});
+  expect_error<TypeError>([] { arange(uint64_t{1}, std::numeric_limits<uint64_t>::max() - 1); }, {"arange", "above the largest i64"});
+  EXPECT_EQ(eval1({}, arange(uint64_t{3}), {}).to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 2}));
 }

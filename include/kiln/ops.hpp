@@ -1,5 +1,6 @@
 #pragma once
 #include <concepts>
+#include <cstdint>
 #include <initializer_list>
 #include <optional>
 #include <type_traits>
@@ -133,15 +134,21 @@ Var stack(const std::vector<Var>& xs, int64_t axis = 0, Loc loc = Loc::current()
 struct RangeValue {
   template <class N>
     requires(std::is_arithmetic_v<N> && !std::is_same_v<N, bool>)
-  RangeValue(N v) : value(static_cast<double>(v)), integer(integer_of(v)), is_integer(std::is_integral_v<N>) {}  // NOLINT
+  RangeValue(N v)  // NOLINT
+      : value(static_cast<double>(v)), integer(integer_of(v)), is_integer(std::is_integral_v<N>), fits_i64(fits(v)) {}
   double value;
   int64_t integer;  // 0 for a float (which need not fit)
   bool is_integer;
+  bool fits_i64;  // false for an unsigned integer above INT64_MAX (kiln has no u64): arange refuses it
 
  private:
   template <class N> static int64_t integer_of(N v) {
     if constexpr (std::is_integral_v<N>) return static_cast<int64_t>(v);
     else return 0;
+  }
+  template <class N> static bool fits(N v) {
+    if constexpr (std::is_integral_v<N> && std::is_unsigned_v<N>) return v <= static_cast<std::make_unsigned_t<int64_t>>(INT64_MAX);
+    else return true;
   }
 };
 // NumPy's arange: the constant vector start, start + step, ... up to stop (excluded); i64 when

@@ -301,6 +301,10 @@ Var arange(RangeValue stop, Loc loc) { return arange(0, stop, 1, loc); }
 
 Var arange(RangeValue start, RangeValue stop, RangeValue step, Loc loc) {
   auto at = [&] { return " (at " + loc_str(loc) + ")"; };
+  for (const RangeValue* v : {&start, &stop, &step})
+    if (!v->fits_i64)
+      throw TypeError("arange: " + std::to_string(static_cast<uint64_t>(v->value)) +
+                      " is above the largest i64 (kiln's integers are signed); give a smaller bound or a float" + at());
   if (start.is_integer && stop.is_integer && step.is_integer) {
     const int64_t a = start.integer, b = stop.integer, s = step.integer;
     if (s == 0) throw TypeError("arange: step cannot be zero" + at());
