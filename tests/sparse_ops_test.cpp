@@ -176,7 +176,7 @@ TEST(SparseOps, ElementwiseWithDenseValuesBroadcastAndKeepThePattern) {
   SparseVar x = csr_matrix("x", f64);
   Var d = matrix("d", f64);
   expect_error<ShapeError>([&] { function({x, d}, {dense(x * d)})(sparse_from_dense(a, SparseFormat::csr), random_tensor({2, 4})); },
-                           {"sparse_gather{csr}", "(2,4)", "does not broadcast", "(3, 4)"});
+                           {"sparse_gather{csr}", "(2,4)", "does not broadcast", "(3,4)"});
 }
 
 TEST(SparseOps, RowAndColumnSlicesWithSymbolicBoundsClampAsNumPy) {
@@ -305,7 +305,7 @@ TEST(SparseOps, BadPatternsAndShapesAreClearErrors) {
   expect_error<ShapeError>([&] { call({0, 1}, {0, 2, 1}, d, shape); }, {"sparse_dot{csr}", "indptr must not decrease"});
   expect_error<ShapeError>([&] { call({0, 1}, {0, 1, 3}, d, shape); }, {"indptr ends at 3", "2 indices"});
   expect_error<ShapeError>([&] { call({0, 1}, {0, 1, 2}, random_tensor({4, 2}, f64), shape); },
-                           {"sparse_dot{csr}", "(2, 3)", "(4,2)", "rows must equal the sparse columns"});
+                           {"sparse_dot{csr}", "(2,3)", "(4,2)", "rows must equal the sparse columns"});
   expect_error<ShapeError>([&] { call({0, 1}, {0, 1, 2}, d, Tensor::from(std::vector<int64_t>{5, 3})); },
                            {"needs 6 indptr entries, got 3"});
   // A good call after the failures still works.
@@ -404,7 +404,7 @@ TEST(SparseOps, SumsDifferencesAndStacksOfSparseMatrices) {
     // CSR finds it running (same rows, other columns), CSC when planning (other numbers of columns);
     // either way the message names the line that wrote x + y.
     const std::vector<std::string> mismatch = format == SparseFormat::csr
-                                                  ? std::vector<std::string>{"sparse_add{csr}", "(4, 3) and (4, 5)", "equal shapes"}
+                                                  ? std::vector<std::string>{"sparse_add{csr}", "(4,3) and (4,5)", "equal shapes"}
                                                   : std::vector<std::string>{"sparse_add{csc}", "3 and 5 columns"};
     expect_error<ShapeError>([&] { f(sparse_from_dense(a, format), sparse_from_dense(e, format), sparse_from_dense(c, format), sparse_from_dense(e, format)); },
                              mismatch);
@@ -583,7 +583,7 @@ TEST(SparseOps, ProductsOfTwoSparseMatricesMatchTheDenseProductAndAreSizedWhenTh
   SparseVar y = csr_matrix("y", f64);
   Function f = function({x, y}, {dense(dot(x, y))});
   expect_error<ShapeError>([&] { f(sparse_from_dense(a2, SparseFormat::csr), sparse_from_dense(a2, SparseFormat::csr)); },
-                           {"sparse_product{csr}", "(6, 5)", "columns must match b's rows"});
+                           {"sparse_product{csr}", "(6,5)", "columns must match b's rows"});
 }
 
 TEST(SparseOps, RegularGradientIsTheDenseMatrixsGradientEverywhere) {

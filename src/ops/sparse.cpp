@@ -76,7 +76,7 @@ std::pair<int64_t, int64_t> shape_value(const Op& op, const Tensor& shape) {
   if (shape.numel() != 2) throw ShapeError(op.name() + ": the shape vector must have 2 entries, got " + shape_str(shape.shape()));
   const int64_t* s = shape.data<int64_t>();
   const int64_t rows = s[0], cols = s[shape.strides()[0]];
-  if (rows < 0 || cols < 0) throw ShapeError(op.name() + ": a sparse matrix's shape must not be negative, got (" + std::to_string(rows) + ", " + std::to_string(cols) + ")");
+  if (rows < 0 || cols < 0) throw ShapeError(op.name() + ": a sparse matrix's shape must not be negative, got " + shape_str({rows, cols}));
   return {rows, cols};
 }
 
@@ -431,8 +431,7 @@ std::vector<Shape> SparseAddDense::infer_shapes(const std::vector<Shape>& in, co
   const Shape& d = in[4];
   const int64_t d_rows = d.size() == 2 ? d[0] : 1, d_cols = d.empty() ? 1 : d.back();
   if ((d_rows != rows && d_rows != 1) || (d_cols != cols && d_cols != 1))
-    throw ShapeError(name() + ": the dense value " + shape_str(d) + " does not broadcast to the sparse matrix's shape (" +
-                     std::to_string(rows) + ", " + std::to_string(cols) + ")");
+    throw ShapeError(name() + ": the dense value " + shape_str(d) + " does not broadcast to the sparse matrix's shape " + shape_str({rows, cols}));
   return {{rows, cols}};
 }
 
@@ -577,8 +576,7 @@ std::pair<int64_t, int64_t> checked_dims(const Op& op, SparseFormat format, cons
   const auto [rows, cols] = shape_value(op, shape);
   const int64_t n_major = format == SparseFormat::csr ? rows : cols;
   if (indptr.numel() != n_major + 1)
-    throw ShapeError(op.name() + ": a " + sparse_format_name(format) + " matrix of shape (" + std::to_string(rows) + ", " +
-                     std::to_string(cols) + ") needs " + std::to_string(n_major + 1) + " indptr entries, got " +
+    throw ShapeError(op.name() + ": a " + sparse_format_name(format) + " matrix of shape " + shape_str({rows, cols}) + " needs " + std::to_string(n_major + 1) + " indptr entries, got " +
                      std::to_string(indptr.numel()));
   return {rows, cols};
 }
@@ -686,8 +684,8 @@ class SparseDotKernel final : public KernelOf<SparseDot> {
     const Tensor &data = in[0], &d = in[4];
     const auto [rows, cols, p] = checked_matrix(op(), format, in[1], in[2], in[3]);
     if (d.shape()[0] != cols)
-      throw ShapeError(op().name() + ": the sparse matrix is (" + std::to_string(rows) + ", " + std::to_string(cols) +
-                       ") but the dense operand is " + shape_str(d.shape()) + "; its rows must equal the sparse columns");
+      throw ShapeError(op().name() + ": the sparse matrix is " + shape_str({rows, cols}) + " but the dense operand is " +
+                       shape_str(d.shape()) + "; its rows must equal the sparse columns");
     Tensor& o = out[0];
     dispatch_float(data.dtype(), "sparse_dot", [&](auto zero) {
       using T = decltype(zero);
@@ -781,8 +779,7 @@ class SparseGatherKernel final : public KernelOf<SparseGather> {
     const auto [rows, cols, p] = checked_matrix(op(), format, in[1], in[2], in[3]);
     const bool rows_ok = g.shape()[0] == rows || g.shape()[0] == 1, cols_ok = g.shape()[1] == cols || g.shape()[1] == 1;
     if (!rows_ok || !cols_ok)
-      throw ShapeError(op().name() + ": g " + shape_str(g.shape()) + " does not broadcast to the sparse matrix's shape (" +
-                       std::to_string(rows) + ", " + std::to_string(cols) + ")");
+      throw ShapeError(op().name() + ": g " + shape_str(g.shape()) + " does not broadcast to the sparse matrix's shape " + shape_str({rows, cols}));
     const int64_t grs = g.shape()[0] == 1 ? 0 : g.strides()[0], gcs = g.shape()[1] == 1 ? 0 : g.strides()[1];
     dispatch_float(g.dtype(), "sparse_gather", [&](auto zero) {
       using T = decltype(zero);
@@ -878,8 +875,7 @@ JoinOperands join_operands(const SparseJoin& join, InputValues in, size_t first)
                   : join.how() == SparseJoin::How::stack_rows ? cols_agree
                                                               : rows_agree;
   if (!ok)
-    throw ShapeError(join.name() + ": shapes (" + std::to_string(ar) + ", " + std::to_string(ac) + ") and (" + std::to_string(br) + ", " +
-                     std::to_string(bc) + ") " +
+    throw ShapeError(join.name() + ": shapes " + shape_str({ar, ac}) + " and " + shape_str({br, bc}) + " " +
                      (join.how() == SparseJoin::How::add ? "differ; a sum needs equal shapes"
                       : join.how() == SparseJoin::How::stack_rows ? "have different numbers of columns; vstack needs equal ones"
                                                                   : "have different numbers of rows; hstack needs equal ones"));
@@ -991,8 +987,8 @@ class SparseSampleKernel final : public KernelOf<SparseSample> {
     const auto [rows, cols] = checked_dims(op(), format, in[2], in[3]);
     const auto [p_rows, p_cols] = checked_dims(op(), format, in[5], in[6]);
     if (rows != p_rows || cols != p_cols)
-      throw ShapeError(op().name() + ": shapes (" + std::to_string(rows) + ", " + std::to_string(cols) + ") and (" + std::to_string(p_rows) +
-                       ", " + std::to_string(p_cols) + ") differ; elementwise products need equal shapes");
+      throw ShapeError(op().name() + ": shapes " + shape_str({rows, cols}) + " and " + shape_str({p_rows, p_cols}) +
+                       " differ; elementwise products need equal shapes");
     const Pattern from = checked_matrix(op(), format, in[1], in[2], in[3]).p, at = checked_matrix(op(), format, in[4], in[5], in[6]).p;
     dispatch_float(in[0].dtype(), "sparse_sample", [&](auto zero) {
       using T = decltype(zero);
@@ -1096,8 +1092,8 @@ ProductOperands product_operands(const Op& op, SparseFormat format, const Tensor
   const CheckedMatrix a = checked_matrix(op, format, a_indices, a_indptr, a_shape);
   const CheckedMatrix b = checked_matrix(op, format, b_indices, b_indptr, b_shape);
   if (a.cols != b.rows)
-    throw ShapeError(op.name() + ": a (" + std::to_string(a.rows) + ", " + std::to_string(a.cols) + ") times b (" + std::to_string(b.rows) +
-                     ", " + std::to_string(b.cols) + "): a's columns must match b's rows");
+    throw ShapeError(op.name() + ": a " + shape_str({a.rows, a.cols}) + " times b " + shape_str({b.rows, b.cols}) +
+                     ": a's columns must match b's rows");
   const bool csr = format == SparseFormat::csr;
   return {csr ? a.p : b.p, csr ? b.p : a.p, csr ? 0 : 4, csr ? 4 : 0, a.rows, b.cols};
 }
