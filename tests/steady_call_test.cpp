@@ -153,9 +153,7 @@ TEST(SteadyCall, AVectorOutputAllocatesNothing) {
 
 TEST(SteadyCall, PoolingAndItsGradientsAllocateNothing) {
   // Max and average pooling and their gradients (LeNet's 2x2 windows and a padded 3x3), large
-  // enough to split over planes on two threads. The gradient is the output: an update step over
-  // 4-D values would also run fused elementwise kernels, which still allocate per call on 3-D and
-  // 4-D operands.
+  // enough to split over planes on two threads, in an update step of a 4-D shared variable.
   Var x = tensor4("x");
   const std::vector<Tensor> args{random_tensor({4, 20, 24, 24}, f32, -1, 1, 2)};
   const Shared w = shared(random_tensor({4, 20, 24, 24}, f32, 0.5, 1.5, 1), "w");
@@ -168,8 +166,19 @@ TEST(SteadyCall, PoolingAndItsGradientsAllocateNothing) {
                                                           {"avg 3x3 padded", sum(avg_pool2d(h, padded))}};
     for (const auto& [name, loss] : losses) {
       SCOPED_TRACE(name + ", " + std::to_string(threads) + " threads");
-      Function f = function({x}, {Out(grad(loss, w), {.borrow = true})}, {.keep_buffers = true});
+      Function f = function({x}, {Out(loss, {.borrow = true})}, {.updates = {{w, w - 0.01 * grad(loss, w)}}, .keep_buffers = true});
       EXPECT_EQ(allocations_per_steady_call(f, args), 0);
     }
   }
+}
+
+TEST(SteadyCall, AnEmbeddingStepWithASparseGradientAllocatesNothing) {
+  // Row lookups with sparse_grad: the gradient's parts are sized by the lookups' shapes (planned)
+  // and the update is written over the embedding's own buffer.
+  Shared E = shared(random_tensor({50, 8}, f32, -1, 1, 3), "E");
+  Var ids = matrix("ids", i64);
+  const Var cost = sum(square(mean(take(E, ids), {1})));
+  Function f = function({ids}, {Out(cost, {.borrow = true})}, {.updates = {{E, E - 0.1 * sparse_grad(cost, E)}}, .keep_buffers = true});
+  const std::vector<Tensor> args{Tensor::from(std::vector<int64_t>{3, 7, 3, 49, 0, 12}, {2, 3})};
+  EXPECT_EQ(allocations_per_steady_call(f, args), 0);
 }
