@@ -348,6 +348,14 @@ template <class T> void gather_outputs(const Strided4<const T>& gy, const ConvGe
     }
 }
 
+// The patches of one group of images [n0, n0 + count) side by side: image b's columns start at
+// b * pixels, rows `count * pixels` apart.
+template <class T> void unfold_chunk(const Strided4<const T>& x, const ConvGeometry& g, int64_t n0, int64_t count, int64_t group, T* col) {
+  const int64_t ld = count * g.pixels();
+  for (int64_t b = 0; b < count; ++b)
+    unfold(g, x.data + (n0 + b) * x.s0 + group * g.group_channels() * x.s1, x.s1, x.s2, x.s3, col + b * g.pixels(), ld);
+}
+
 MatrixView matrix(const void* data, int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride) {
   return {static_cast<const std::byte*>(data), rows, cols, row_stride, col_stride};
 }
@@ -382,18 +390,32 @@ template <class Body> int for_each_chunk(const ConvGeometry& g, int threads, con
   return ran;
 }
 
-class Conv2dKernel final : public KernelOf<Conv2d> {
+// What the three kernels share: their pass, where the input and the filters (or the shapes they
+// stand for) are among the node's inputs, and the scratch that follows from them.
+template <class OpClass, ConvPass kPass, size_t kInput, size_t kFilters> class ConvKernel : public KernelOf<OpClass> {
  public:
-  using KernelOf::KernelOf;
+  using KernelOf<OpClass>::KernelOf;
   int64_t scratch_bytes(const std::vector<Shape>& in, const std::vector<Shape>&) const override {
-    const ConvGeometry g = op().geometry(in[0], in[1]);
-    return ConvScratch::bytes(g, ConvPass::forward, output_dtype(0), image_threads(g));
+    const ConvGeometry g = this->op().geometry(in[kInput], in[kFilters]);
+    return ConvScratch::bytes(g, kPass, this->output_dtype(0), image_threads(g));
   }
+
+ protected:
+  ConvGeometry geometry(InputValues in) const { return this->op().geometry(in[kInput].shape(), in[kFilters].shape()); }
+  // The layout of `scratch` for this run and the threads it has room for.
+  std::pair<ConvScratch, int> layout(const ConvGeometry& g, std::span<std::byte> scratch) const {
+    return ConvScratch::fitting(g, kPass, this->output_dtype(0), image_threads(g), scratch);
+  }
+};
+
+class Conv2dKernel final : public ConvKernel<Conv2d, ConvPass::forward, 0, 1> {
+ public:
+  using ConvKernel::ConvKernel;
   void run(InputValues in, OutputValues out, std::span<std::byte> scratch) const override {
-    const ConvGeometry g = op().geometry(in[0].shape(), in[1].shape());
+    const ConvGeometry g = geometry(in);
     dispatch_float(output_dtype(0), "conv2d", [&](auto tag) {
       using T = decltype(tag);
-      const auto [layout, threads] = ConvScratch::fitting(g, ConvPass::forward, output_dtype(0), image_threads(g), scratch);
+      const auto [layout, threads] = this->layout(g, scratch);
       const T* w = filter_matrix<T>(in[1], g, scratch.data() + threads * layout.per_thread);
       const auto x = Strided4<const T>::of(in[0]);
       T* y = out[0].template data<T>();
@@ -403,8 +425,7 @@ class Conv2dKernel final : public KernelOf<Conv2d> {
         T* rows = layout.outputs_of<T>(mine);
         const int64_t ld = count * P;
         for (int64_t group = 0; group < g.groups; ++group) {
-          for (int64_t b = 0; b < count; ++b)
-            unfold(g, x.data + (n0 + b) * x.s0 + group * g.group_channels() * x.s1, x.s1, x.s2, x.s3, col + b * P, ld);
+          unfold_chunk(x, g, n0, count, group, col);
           // One image: straight into y; several: side by side, then each image's rows to its place.
           T* dest = count == 1 ? y + (n0 * g.filters + group * Og) * P : rows;
           gemm(output_dtype(0), Og, ld, K, 1.0, matrix(w + group * Og * K, Og, K, K, 1), matrix(col, K, ld, ld, 1), 0.0,
@@ -419,18 +440,14 @@ class Conv2dKernel final : public KernelOf<Conv2d> {
   }
 };
 
-class Conv2dGradInputKernel final : public KernelOf<Conv2dGradInput> {
+class Conv2dGradInputKernel final : public ConvKernel<Conv2dGradInput, ConvPass::grad_input, 2, 1> {
  public:
-  using KernelOf::KernelOf;
-  int64_t scratch_bytes(const std::vector<Shape>& in, const std::vector<Shape>&) const override {
-    const ConvGeometry g = op().geometry(in[2], in[1]);
-    return ConvScratch::bytes(g, ConvPass::grad_input, output_dtype(0), image_threads(g));
-  }
+  using ConvKernel::ConvKernel;
   void run(InputValues in, OutputValues out, std::span<std::byte> scratch) const override {
-    const ConvGeometry g = op().geometry(in[2].shape(), in[1].shape());
+    const ConvGeometry g = geometry(in);
     dispatch_float(output_dtype(0), "conv2d_grad_input", [&](auto tag) {
       using T = decltype(tag);
-      const auto [layout, threads] = ConvScratch::fitting(g, ConvPass::grad_input, output_dtype(0), image_threads(g), scratch);
+      const auto [layout, threads] = this->layout(g, scratch);
       const T* w = filter_matrix<T>(in[1], g, scratch.data() + threads * layout.per_thread);
       const auto gy = Strided4<const T>::of(in[0]);
       T* gx = out[0].template data<T>();
@@ -451,18 +468,14 @@ class Conv2dGradInputKernel final : public KernelOf<Conv2dGradInput> {
   }
 };
 
-class Conv2dGradFiltersKernel final : public KernelOf<Conv2dGradFilters> {
+class Conv2dGradFiltersKernel final : public ConvKernel<Conv2dGradFilters, ConvPass::grad_filters, 0, 2> {
  public:
-  using KernelOf::KernelOf;
-  int64_t scratch_bytes(const std::vector<Shape>& in, const std::vector<Shape>&) const override {
-    const ConvGeometry g = op().geometry(in[0], in[2]);
-    return ConvScratch::bytes(g, ConvPass::grad_filters, output_dtype(0), image_threads(g));
-  }
+  using ConvKernel::ConvKernel;
   void run(InputValues in, OutputValues out, std::span<std::byte> scratch) const override {
-    const ConvGeometry g = op().geometry(in[0].shape(), in[2].shape());
+    const ConvGeometry g = geometry(in);
     dispatch_float(output_dtype(0), "conv2d_grad_filters", [&](auto tag) {
       using T = decltype(tag);
-      const auto [layout, threads] = ConvScratch::fitting(g, ConvPass::grad_filters, output_dtype(0), image_threads(g), scratch);
+      const auto [layout, threads] = this->layout(g, scratch);
       const auto x = Strided4<const T>::of(in[0]);
       const auto gy = Strided4<const T>::of(in[1]);
       T* gw = out[0].template data<T>();
@@ -477,8 +490,7 @@ class Conv2dGradFiltersKernel final : public KernelOf<Conv2dGradFilters> {
         const int64_t ld = count * P;
         gather_outputs(gy, g, n0, count, rows);
         for (int64_t group = 0; group < g.groups; ++group) {
-          for (int64_t b = 0; b < count; ++b)
-            unfold(g, x.data + (n0 + b) * x.s0 + group * g.group_channels() * x.s1, x.s1, x.s2, x.s3, col + b * P, ld);
+          unfold_chunk(x, g, n0, count, group, col);
           // gw_g (Og x patch) += gy_g (Og x chunk pixels) col^T (chunk pixels x patch)
           gemm(output_dtype(0), Og, K, ld, 1.0, matrix(rows + group * Og * ld, Og, ld, ld, 1), matrix(col, ld, K, 1, ld),
                first ? 0.0 : 1.0, reinterpret_cast<std::byte*>(acc + group * Og * K), K, layout.product_of(mine));

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <unordered_set>
 
 #include "graph/function_graph.hpp"
 #include "graph/node.hpp"
@@ -1062,11 +1061,12 @@ class RowLookupGradKernel final : public KernelOf<RowLookupGrad> {
       return row;
     };
     // A counting sort of the lookups by row, stable: indptr[r + 1] counts row r, then its end;
-    // placing the lookups from the last leaves indptr[r + 1] at row r's start.
+    // placing the lookups from the last leaves indptr[r + 1] at row r's start. positions holds
+    // each lookup's checked row until it is replaced by the lookup's place.
     std::fill_n(indptr, n_rows + 1, int64_t{0});
-    for (int64_t i = 0; i < n; ++i) ++indptr[row_of(i) + 1];
+    for (int64_t i = 0; i < n; ++i) ++indptr[(positions[i] = row_of(i)) + 1];
     for (int64_t q = 0; q < n_rows; ++q) indptr[q + 1] += indptr[q];
-    for (int64_t i = n; i-- > 0;) positions[i] = --indptr[row_of(i) + 1];
+    for (int64_t i = n; i-- > 0;) positions[i] = --indptr[positions[i] + 1];
     for (int64_t q = 0; q < n_rows; ++q) indptr[q] = indptr[q + 1];
     indptr[n_rows] = n;
     for (int64_t q = 0; q <= n_rows; ++q) indptr[q] *= cols;
@@ -1351,23 +1351,14 @@ SparseVar sparse_grad(const Var& cost, const Var& W, Loc loc) {
     throw GradError(what + ": the matrix must be a float matrix (an embedding); use grad() for other values");
   // Every use of W on the way to the cost must be a lookup of its rows.
   std::vector<Var> lookups;
-  std::unordered_set<const Node*> seen;
-  std::vector<const Node*> pending;
-  if (cost.get()->owner) pending.push_back(cost.get()->owner);
-  while (!pending.empty()) {
-    const Node* n = pending.back();
-    pending.pop_back();
-    if (!seen.insert(n).second) continue;
+  for (Node* n : topological_order({cost})) {
     for (size_t i = 0; i < n->inputs.size(); ++i) {
-      const Var& in = n->inputs[i];
-      if (in.get() == W.get()) {
-        const auto* take_op = dynamic_cast<const Take*>(n->op.get());
-        if (!take_op || take_op->axis() != 0 || i != 0)
-          throw GradError(what + ": the matrix is read by " + n->op->name() + " (" + n->origin() +
-                          "), not only by row lookups take(W, rows); use grad() for its dense gradient");
-        lookups.push_back(n->output(0));
-      }
-      if (in.get()->owner) pending.push_back(in.get()->owner);
+      if (n->inputs[i].get() != W.get()) continue;
+      const auto* take_op = dynamic_cast<const Take*>(n->op.get());
+      if (!take_op || take_op->axis() != 0 || i != 0)
+        throw GradError(what + ": the matrix is read by " + n->op->name() + " (" + n->origin() +
+                        "), not only by row lookups take(W, rows); use grad() for its dense gradient");
+      lookups.push_back(n->output(0));
     }
   }
   if (lookups.empty()) throw GradError(what + ": the cost does not depend on the matrix");
