@@ -110,6 +110,49 @@ TEST(Placement, ATrainingStepPacksAtItsLowerBoundAtEverySize) {
   }
 }
 
+TEST(Placement, LongLivedBuffersTakeTheLowestAddressFreeForTheirWholeLife) {
+  // Over a program of 64 instructions every buffer living two or more is long-lived: each must be
+  // at the lowest offset clear of the larger ones placed before it (largest first, ties in order),
+  // checked by trying every candidate offset. Hundreds of buffers, nested lives among them, so that
+  // the placed ones span many blocks.
+  std::mt19937 rng(11);
+  for (int round = 0; round < 100; ++round) {
+    const int n = 1 + static_cast<int>(rng() % 500), span = 64;
+    std::vector<Lifetime> buffers;
+    for (int i = 0; i < n; ++i) {
+      const bool nested = rng() % 2 == 0;
+      const int first = nested ? i % (span / 2) : static_cast<int>(rng() % (span - 1));
+      const int last = nested ? span - 1 - i % (span / 2) : first + 1 + static_cast<int>(rng() % (span - 1 - first));
+      const int64_t bytes = rng() % 20 == 0 ? 0 : 64 * (1 + static_cast<int64_t>(rng() % (rng() % 3 == 0 ? 32 : 2)));
+      buffers.push_back({bytes, first, last});
+    }
+    std::vector<int64_t> offsets;
+    const int64_t arena = place(buffers, offsets);
+    SCOPED_TRACE("round " + std::to_string(round));
+    expect_valid(buffers, offsets, arena);
+    std::vector<int> order(buffers.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return buffers[a].bytes > buffers[b].bytes; });
+    std::vector<int> placed;
+    for (int b : order) {
+      const Lifetime& me = buffers[b];
+      auto clear = [&](int64_t offset) {
+        for (int q : placed)
+          if (buffers[q].first <= me.last && me.first <= buffers[q].last && buffers[q].bytes > 0 && me.bytes > 0 &&
+              offsets[q] < offset + me.bytes && offset < offsets[q] + buffers[q].bytes)
+            return false;
+        return true;
+      };
+      std::vector<int64_t> candidates{0};
+      for (int q : placed) candidates.push_back(offsets[q] + buffers[q].bytes);
+      std::sort(candidates.begin(), candidates.end());
+      const int64_t lowest = *std::find_if(candidates.begin(), candidates.end(), clear);
+      ASSERT_EQ(offsets[b], me.bytes == 0 ? 0 : lowest) << "buffer " << b << " of " << me.bytes << " bytes, life " << me.first << ".." << me.last;
+      placed.push_back(b);
+    }
+  }
+}
+
 TEST(Placement, EmptyBuffersTakeNoRoom) {
   const std::vector<Lifetime> buffers{{0, 0, 5}, {128, 0, 2}, {0, 1, 1}, {128, 3, 4}};
   std::vector<int64_t> offsets;

@@ -106,15 +106,10 @@ struct FunctionImpl {
     for (size_t i = 0; i + n_in < lent.size(); ++i)
       options.overwritable_shared.push_back(
           lent[n_in + i] ? program().result_slots[outputs.size() + static_cast<size_t>(update_of_shared[i])] : -1);
-    MemoryPlan best = plan_memory(schedules[0], inputs, shared, options);
-    std::vector<std::pair<std::string, int64_t>> tried{{schedule_names[0], best.report.planned_peak_bytes}};
-    for (size_t i = 1; i < schedules.size(); ++i) {
-      MemoryPlan candidate = plan_memory(schedules[i], inputs, shared, options);
-      tried.push_back({schedule_names[i], candidate.report.planned_peak_bytes});
-      if (candidate.report.planned_peak_bytes >= best.report.planned_peak_bytes) continue;
-      best = std::move(candidate);
-      best.schedule = static_cast<int>(i);
-    }
+    std::vector<int64_t> peaks;
+    MemoryPlan best = plan_least_memory(schedules, inputs, shared, options, &peaks);
+    std::vector<std::pair<std::string, int64_t>> tried;
+    for (size_t i = 0; i < peaks.size(); ++i) tried.push_back({schedule_names[i], peaks[i]});
     best.report.schedule = schedule_names[static_cast<size_t>(best.schedule)];
     if (debug_level() >= 1) {
       std::string shapes;

@@ -59,14 +59,7 @@ class CompiledInner final : public InnerProgram {
     try {
       PlanOptions options;
       options.results_supplied = true;
-      MemoryPlan best = plan_memory(schedules_[0], input_shapes, {}, options);
-      for (size_t i = 1; i < schedules_.size(); ++i) {
-        MemoryPlan candidate = plan_memory(schedules_[i], input_shapes, {}, options);
-        if (candidate.report.planned_peak_bytes >= best.report.planned_peak_bytes) continue;
-        best = std::move(candidate);
-        best.schedule = static_cast<int>(i);
-      }
-      it->second = std::make_shared<const MemoryPlan>(std::move(best));
+      it->second = std::make_shared<const MemoryPlan>(plan_least_memory(schedules_, input_shapes, {}, options));
     } catch (...) {
       plans_.erase(it);
       throw;

@@ -84,6 +84,84 @@ struct Placed {
   int first, last;
 };
 
+bool by_address(const Placed& x, const Placed& y) { return std::pair(x.offset, x.end) < std::pair(y.offset, y.end); }
+
+// The long-lived buffers placed so far, in address order, in blocks that summarize their entries.
+// First fit steps over a block at once when none of its buffers lives while the new one does, or
+// when all do and together they cover one unbroken address range; it visits the entries of the
+// other blocks one by one. A deep network's activations all live at once (each layer's inside
+// the last one's life), which made a search that visits every placed buffer quadratic.
+class PlacedBlocks {
+ public:
+  // The lowest offset where `bytes` fit clear of every placed buffer living during [first, last].
+  int64_t first_fit(int64_t bytes, int first, int last) const {
+    if (bytes == 0) return 0;
+    int64_t offset = 0;
+    for (const Block& block : blocks_) {
+      if (block.max_last < first || block.min_first > last) continue;
+      if (block.contiguous && block.max_first <= last && first <= block.min_last) {
+        if (offset + bytes <= block.lo) return offset;
+        offset = std::max(offset, block.hi);
+        continue;
+      }
+      for (const Placed& q : block.entries) {
+        if (q.first > last || first > q.last) continue;
+        if (offset + bytes <= q.offset) return offset;
+        offset = std::max(offset, q.end);
+      }
+    }
+    return offset;
+  }
+
+  void insert(const Placed& entry) {
+    if (blocks_.empty()) {
+      blocks_.emplace_back();
+      blocks_.back().entries.push_back(entry);
+      blocks_.back().summarize();
+      return;
+    }
+    auto block = std::find_if(blocks_.begin(), blocks_.end(), [&](const Block& b) { return by_address(entry, b.entries.back()); });
+    if (block == blocks_.end()) block = std::prev(blocks_.end());
+    std::vector<Placed>& entries = block->entries;
+    entries.insert(std::upper_bound(entries.begin(), entries.end(), entry, by_address), entry);
+    if (entries.size() > 2 * kBlockEntries) {
+      Block upper;
+      upper.entries.assign(entries.begin() + kBlockEntries, entries.end());
+      entries.resize(kBlockEntries);
+      upper.summarize();
+      block->summarize();
+      blocks_.insert(std::next(block), std::move(upper));
+      return;
+    }
+    block->summarize();
+  }
+
+ private:
+  static constexpr size_t kBlockEntries = 32;
+  struct Block {
+    std::vector<Placed> entries;  // by address
+    int min_first = 0, max_first = 0, min_last = 0, max_last = 0;
+    int64_t lo = 0, hi = 0;   // the addresses the entries span
+    bool contiguous = true;   // their ranges leave no gap in [lo, hi)
+    void summarize() {
+      min_first = max_first = entries[0].first;
+      min_last = max_last = entries[0].last;
+      lo = entries[0].offset;
+      hi = entries[0].end;
+      contiguous = true;
+      for (const Placed& q : entries) {
+        min_first = std::min(min_first, q.first);
+        max_first = std::max(max_first, q.first);
+        min_last = std::min(min_last, q.last);
+        max_last = std::max(max_last, q.last);
+        contiguous = contiguous && q.offset <= hi;
+        hi = std::max(hi, q.end);
+      }
+    }
+  };
+  std::vector<Block> blocks_;
+};
+
 }  // namespace
 
 int64_t place_buffers(std::span<const Lifetime> buffers, std::span<int64_t> offsets) {
@@ -100,21 +178,13 @@ int64_t place_buffers(std::span<const Lifetime> buffers, std::span<int64_t> offs
   for (int b = 0; b < n; ++b)
     if (lives_long(b)) long_lived.push_back(b);
   std::stable_sort(long_lived.begin(), long_lived.end(), [&](int a, int b) { return buffers[a].bytes > buffers[b].bytes; });
-  std::vector<Placed> placed;
+  PlacedBlocks placed;
   for (int b : long_lived) {
     const Lifetime& me = buffers[b];
-    int64_t offset = 0;
-    for (const Placed& q : placed) {
-      if (q.first > me.last || me.first > q.last) continue;
-      if (offset + me.bytes <= q.offset) break;
-      offset = std::max(offset, q.end);
-    }
+    const int64_t offset = placed.first_fit(me.bytes, me.first, me.last);
     offsets[b] = offset;
     arena = std::max(arena, offset + me.bytes);
-    const Placed entry{offset, offset + me.bytes, me.first, me.last};
-    placed.insert(std::upper_bound(placed.begin(), placed.end(), entry,
-                                   [](const Placed& x, const Placed& y) { return std::pair(x.offset, x.end) < std::pair(y.offset, y.end); }),
-                  entry);
+    placed.insert({offset, offset + me.bytes, me.first, me.last});
   }
 
   // 2. Along the program: the long-lived buffers starting at an instruction take their places,

@@ -47,47 +47,45 @@ struct Buffer {
   int shared_slot = -1;  // lent by this shared variable
 };
 
-}  // namespace
+// What planning learns of the values for one signature before it places anything. It is the same
+// for every schedule of a graph, which number their slots alike, so it is worked out once.
+struct SlotFacts {
+  std::vector<std::optional<Shape>> shape;  // per slot; empty where it depends on data
+  std::vector<Tensor> value;                // per slot: constants and the shape arithmetic's results
+  std::vector<int> forwarded;               // per slot: the input position its instruction forwards, or -1
+};
 
-MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes, const std::vector<Shape>& shared_shapes,
-                       const PlanOptions& options) {
-  MemoryPlan plan;
-  plan.signature = input_shapes;
-  plan.signature.insert(plan.signature.end(), shared_shapes.begin(), shared_shapes.end());
+// 1. Shapes first. Integer results computable from shapes alone (shape arithmetic) are computed
+// now, once per signature, and skipped at run time.
+SlotFacts infer_slot_facts(const Program& p, const std::vector<Shape>& input_shapes, const std::vector<Shape>& shared_shapes) {
+  SlotFacts facts;
   const int n_slots = p.n_slots;
-  plan.shape.assign(n_slots, std::nullopt);
-  plan.value.assign(n_slots, Tensor());
-  plan.precomputed.assign(p.code.size(), false);
-  plan.forwarded.assign(p.code.size(), -1);
-  plan.supplied.assign(n_slots, false);
-  plan.offset.assign(n_slots, -1);
-  plan.reuse_input.assign(n_slots, -1);
-  plan.scratch_offset.assign(p.code.size(), kNoScratch);
-  plan.scratch_bytes.assign(p.code.size(), 0);
-  for (size_t i = 0; i < p.input_slots.size(); ++i) plan.shape[p.input_slots[i]] = input_shapes.at(i);
-  for (size_t i = 0; i < p.shared_slots.size(); ++i) plan.shape[p.shared_slots[i].first] = shared_shapes.at(i);
+  facts.shape.assign(n_slots, std::nullopt);
+  facts.value.assign(n_slots, Tensor());
+  facts.forwarded.assign(n_slots, -1);
+  for (size_t i = 0; i < p.input_slots.size(); ++i) facts.shape[p.input_slots[i]] = input_shapes.at(i);
+  for (size_t i = 0; i < p.shared_slots.size(); ++i) facts.shape[p.shared_slots[i].first] = shared_shapes.at(i);
   for (const auto& [s, value] : p.constant_slots) {
-    plan.shape[s] = value.shape();
-    plan.value[s] = value;
+    facts.shape[s] = value.shape();
+    facts.value[s] = value;
   }
-
-  // 1. Shapes first. Integer results computable from shapes alone (shape arithmetic) are computed
-  // now, once per signature, and skipped at run time.
+  std::vector<Shape> shapes;  // reused from instruction to instruction: their memory stays
+  std::vector<const Tensor*> values;
   for (size_t k = 0; k < p.code.size(); ++k) {
     const Instruction& ins = p.code[k];
     if (ins.kind != Instruction::Kind::run) continue;
     const Op& op = *ins.node->op;
-    std::vector<Shape> shapes;
-    std::vector<const Tensor*> values;
     bool known = true, all_values = true;
-    for (int s : ins.inputs) {
-      known = known && plan.shape[s].has_value();
-      if (!known) break;
-      shapes.push_back(*plan.shape[s]);
-      values.push_back(plan.value[s].defined() ? &plan.value[s] : nullptr);
-      all_values = all_values && plan.value[s].defined();
-    }
+    for (int s : ins.inputs) known = known && facts.shape[s].has_value();
     if (!known) continue;
+    shapes.resize(ins.inputs.size());
+    values.resize(ins.inputs.size());
+    for (size_t i = 0; i < ins.inputs.size(); ++i) {
+      const int s = ins.inputs[i];
+      shapes[i] = *facts.shape[s];
+      values[i] = facts.value[s].defined() ? &facts.value[s] : nullptr;
+      all_values = all_values && facts.value[s].defined();
+    }
     bool values_missing = false;
     for (int need : op.needs_input_values())
       if (need < static_cast<int>(values.size()) && !values[need]) values_missing = true;
@@ -102,9 +100,9 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
       e.rethrow_with(std::string(e.what()) + "\n  while planning " + op.name() + " on " + describe(p, ins, shapes) +
                      ", " + ins.node->origin());
     }
-    for (size_t o = 0; o < ins.outputs.size(); ++o) plan.shape[ins.outputs[o]] = out_shapes[o];
+    for (size_t o = 0; o < ins.outputs.size(); ++o) facts.shape[ins.outputs[o]] = out_shapes[o];
     if (const std::optional<int> f = op.forwards_input(shapes, out_shapes)) {
-      plan.forwarded[k] = *f;
+      facts.forwarded[ins.outputs[0]] = *f;
       continue;
     }
     const bool reads_shapes_only = dynamic_cast<const ShapeOf*>(&op) != nullptr;
@@ -118,10 +116,31 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
         if (ins.conditional) continue;
         throw;
       }
-      for (size_t o = 0; o < outputs.size(); ++o) plan.value[ins.outputs[o]] = outputs[o].contiguous().clone();
-      plan.precomputed[k] = true;
+      for (size_t o = 0; o < outputs.size(); ++o) facts.value[ins.outputs[o]] = outputs[o].contiguous().clone();
     }
   }
+  return facts;
+}
+
+// 2-4: buffers, offsets and the report, for one schedule.
+MemoryPlan plan_buffers(const Program& p, const SlotFacts& facts, const PlanOptions& options) {
+  MemoryPlan plan;
+  const int n_slots = p.n_slots;
+  const std::vector<std::optional<Shape>>& shape = facts.shape;
+  plan.precomputed.assign(p.code.size(), false);
+  plan.forwarded.assign(p.code.size(), -1);
+  for (size_t k = 0; k < p.code.size(); ++k) {
+    const Instruction& ins = p.code[k];
+    if (ins.kind != Instruction::Kind::run || ins.outputs.empty()) continue;
+    plan.precomputed[k] = facts.value[ins.outputs[0]].defined();
+    plan.forwarded[k] = facts.forwarded[ins.outputs[0]];
+  }
+  plan.supplied.assign(n_slots, false);
+  plan.offset.assign(n_slots, -1);
+  plan.reuse_input.assign(n_slots, -1);
+  plan.scratch_offset.assign(p.code.size(), kNoScratch);
+  plan.scratch_bytes.assign(p.code.size(), 0);
+
 
   // 2. Buffers. Each slot computed at run time either owns a buffer or aliases the buffer of the
   // value it views (or, in place, of the input it overwrites).
@@ -149,14 +168,15 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
     const Instruction& ins = p.code[k];
     if (plan.precomputed[k] || ins.kind != Instruction::Kind::run) continue;
     bool fallible = ins.node->op->may_fail_on_values();
-    for (size_t o = 0; o < ins.outputs.size(); ++o) fallible = fallible || (!ins.output_is_view[o] && !plan.shape[ins.outputs[o]]);
+    for (size_t o = 0; o < ins.outputs.size(); ++o) fallible = fallible || (!ins.output_is_view[o] && !shape[ins.outputs[o]]);
     if (fallible) last_fallible = static_cast<int>(k);
   }
   for (const auto& sh : p.shared_slots) external[sh.first] = true;
   for (const auto& c : p.constant_slots) external[c.first] = true;
-  // Values read (their elements, not only their shapes) by each instruction.
-  auto reads_values = [&](const Instruction& ins) {
-    std::vector<int> read(ins.inputs.begin(), ins.inputs.end());
+  // The values each instruction reads (their elements, not only their shapes), -1 for the others.
+  std::vector<int> read;
+  auto reads_values = [&](const Instruction& ins) -> const std::vector<int>& {
+    read.assign(ins.inputs.begin(), ins.inputs.end());
     if (ins.kind == Instruction::Kind::run)
       for (int i : ins.node->op->shape_only_inputs()) read[static_cast<size_t>(i)] = -1;
     return read;
@@ -183,6 +203,7 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
 
   auto extend = [&](int b, int until) { buffers[b].last = std::max(buffers[b].last, until); };
   std::vector<int> scratch_buffer(p.code.size(), -1);
+  std::vector<Shape> in_shapes, out_shapes;  // reused from instruction to instruction: their memory stays
   for (size_t k = 0; k < p.code.size(); ++k) {
     if (plan.precomputed[k]) {
       for (int s : p.code[k].outputs) external[s] = true;
@@ -199,13 +220,13 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
     for (size_t o = 0; o < ins.outputs.size(); ++o) {
       const int s = ins.outputs[o];
       if (ins.output_is_view[o] || forwards) continue;
-      if (!plan.shape[s]) {  // depends on data: allocated when it runs
+      if (!shape[s]) {  // depends on data: allocated when it runs
         plan.report.unplanned.push_back(ins.node->op->name() + " (output " + std::to_string(o) + ", " +
                                         ins.node->origin() + ")");
         continue;
       }
       const DType dtype = ins.output_dtypes[o];
-      const int64_t bytes = aligned_bytes(*plan.shape[s], dtype);
+      const int64_t bytes = aligned_bytes(*shape[s], dtype);
       // An input read again at another position must be read there before it is written too:
       // allowed only where the op declares that position overwritable as well (add(a, b, a) may
       // not overwrite a: the third operand is read after the first pass wrote it). Read through
@@ -224,7 +245,7 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
       // The output may take the place of an input that dies here (also through views), is read
       // safely, and has the output's exact shape and dtype.
       auto replaceable = [&](int src) {
-        return rereads_safely(src) && effective_last[src] == static_cast<int>(k) && plan.shape[src] == plan.shape[s] &&
+        return rereads_safely(src) && effective_last[src] == static_cast<int>(k) && shape[src] == shape[s] &&
                p.slot_vars[src]->type.dtype == dtype;
       };
       // A shared variable's buffer (shared_slot, or -1 for any other) takes temporaries and its
@@ -274,13 +295,14 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
       buffers.push_back({bytes, static_cast<int>(k), static_cast<int>(k), -1, true});
     }
     // The executable's scratch lives for this one instruction.
-    std::vector<Shape> in_shapes, out_shapes;
     bool sized = !forwards && !ins.executable->scratch_depends_on_values();
-    for (int s : ins.inputs) sized = sized && plan.shape[s].has_value();
-    for (int s : ins.outputs) sized = sized && plan.shape[s].has_value();
+    for (int s : ins.inputs) sized = sized && shape[s].has_value();
+    for (int s : ins.outputs) sized = sized && shape[s].has_value();
     if (sized) {
-      for (int s : ins.inputs) in_shapes.push_back(*plan.shape[s]);
-      for (int s : ins.outputs) out_shapes.push_back(*plan.shape[s]);
+      in_shapes.resize(ins.inputs.size());
+      out_shapes.resize(ins.outputs.size());
+      for (size_t i = 0; i < ins.inputs.size(); ++i) in_shapes[i] = *shape[ins.inputs[i]];
+      for (size_t o = 0; o < ins.outputs.size(); ++o) out_shapes[o] = *shape[ins.outputs[o]];
       if (const int64_t bytes = ins.executable->scratch_bytes(in_shapes, out_shapes); bytes > 0) {
         scratch_buffer[k] = static_cast<int>(buffers.size());
         plan.scratch_bytes[k] = bytes;
@@ -372,8 +394,8 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
     if (!plan.precomputed[k] && plan.forwarded[k] < 0 && p.code[k].kind == Instruction::Kind::run)
       for (size_t o = 0; o < p.code[k].outputs.size(); ++o) {
         const int s = p.code[k].outputs[o];
-        if (!p.code[k].output_is_view[o] && plan.shape[s])
-          plan.report.naive_bytes += aligned_bytes(*plan.shape[s], p.code[k].output_dtypes[o]);
+        if (!p.code[k].output_is_view[o] && shape[s])
+          plan.report.naive_bytes += aligned_bytes(*shape[s], p.code[k].output_dtypes[o]);
       }
   for (int64_t bytes : plan.scratch_bytes) plan.report.naive_bytes += (bytes + kAlign - 1) / kAlign * kAlign;
   plan.report.lower_bound_bytes = live.empty() ? 0 : *std::max_element(live.begin(), live.end());
@@ -381,6 +403,44 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
   plan.report.result_bytes = outside;
   return plan;
 }
+
+bool same_slots(const Program& a, const Program& b) { return a.n_slots == b.n_slots && a.slot_vars == b.slot_vars; }
+
+MemoryPlan with_facts(MemoryPlan plan, SlotFacts facts, const std::vector<Shape>& input_shapes, const std::vector<Shape>& shared_shapes) {
+  plan.shape = std::move(facts.shape);
+  plan.value = std::move(facts.value);
+  plan.signature = input_shapes;
+  plan.signature.insert(plan.signature.end(), shared_shapes.begin(), shared_shapes.end());
+  return plan;
+}
+
+}  // namespace
+
+MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes, const std::vector<Shape>& shared_shapes,
+                       const PlanOptions& options) {
+  SlotFacts facts = infer_slot_facts(p, input_shapes, shared_shapes);
+  MemoryPlan plan = plan_buffers(p, facts, options);
+  return with_facts(std::move(plan), std::move(facts), input_shapes, shared_shapes);
+}
+
+MemoryPlan plan_least_memory(std::span<const Program> schedules, const std::vector<Shape>& input_shapes,
+                             const std::vector<Shape>& shared_shapes, const PlanOptions& options, std::vector<int64_t>* peaks) {
+  SlotFacts facts = infer_slot_facts(schedules[0], input_shapes, shared_shapes);
+  MemoryPlan best = plan_buffers(schedules[0], facts, options);
+  if (peaks) peaks->assign(1, best.report.planned_peak_bytes);
+  for (size_t i = 1; i < schedules.size(); ++i) {
+    MemoryPlan candidate = same_slots(schedules[i], schedules[0])
+                               ? plan_buffers(schedules[i], facts, options)
+                               : plan_memory(schedules[i], input_shapes, shared_shapes, options);
+    if (peaks) peaks->push_back(candidate.report.planned_peak_bytes);
+    if (candidate.report.planned_peak_bytes >= best.report.planned_peak_bytes) continue;
+    best = std::move(candidate);
+    best.schedule = static_cast<int>(i);
+  }
+  if (!best.shape.empty()) return best;  // a schedule numbering its slots otherwise, planned whole
+  return with_facts(std::move(best), std::move(facts), input_shapes, shared_shapes);
+}
+
 
 std::string plan_text(const Program& p, const MemoryPlan& plan) {
   std::string text = "  arena " + std::to_string(plan.arena_bytes) + " bytes; planned peak " +

@@ -2,6 +2,7 @@
 #include <atomic>
 #include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "compile/program.hpp"
@@ -74,6 +75,12 @@ struct PlanOptions {
 // last op that may fail on values: its new value is computed into it in place when it can be.
 MemoryPlan plan_memory(const Program& program, const std::vector<Shape>& input_shapes,
                        const std::vector<Shape>& shared_shapes, const PlanOptions& options = {});
+// Plans each schedule of one graph and keeps the one needing the least memory (its index in
+// `schedule`); peaks, when given, gets each schedule's planned peak. Shapes and shape arithmetic
+// are worked out once for all schedules that number their slots alike.
+MemoryPlan plan_least_memory(std::span<const Program> schedules, const std::vector<Shape>& input_shapes,
+                             const std::vector<Shape>& shared_shapes, const PlanOptions& options,
+                             std::vector<int64_t>* peaks = nullptr);
 
 // The plan as text, for KILN_DEBUG: the arena's size and, per value placed in it, its offset,
 // bytes and the instruction that writes it; per instruction, its scratch.
