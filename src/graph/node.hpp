@@ -100,6 +100,9 @@ class Node : public std::enable_shared_from_this<Node> {
   // The last walk of a compiled function's own graph that reached it (topological_order_of_own):
   // a walk marks nodes instead of hashing them.
   mutable uint64_t walk_mark = 0;
+  // Its place in the order a pass over a compiled function's own graph is working through, so
+  // that the pass indexes arrays instead of hashing nodes; each pass sets it for its own nodes.
+  mutable int32_t position = -1;
   // The version of its FunctionGraph when it last changed (it was added, an input was replaced,
   // or one of its values got or lost readers): the rewrite engine revisits only changed nodes.
   mutable uint64_t changed_at = 0;
