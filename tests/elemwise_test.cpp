@@ -80,6 +80,23 @@ TEST(Elemwise, UnaryGradientsMatchFiniteDifferences) {
     }
 }
 
+TEST(Elemwise, SignOfNaNIsNaNAsInNumPy) {
+  // sign(NaN) was 0 in the interpreter, the compiled fused loop and eager.
+  for (DType dtype : {DType::f32, DType::f64}) {
+    Var x = vector("x", dtype);
+    const Tensor values = Tensor::from({std::nan(""), -2.0, 0.0, 3.0}, {4}).to(dtype);
+    const std::vector<std::pair<Tensor, std::vector<double>>> results{
+        {eval1({x}, sign(x), {values}), {-1, 0, 1}},
+        {eval1({x}, sign(x * 2.0) + 1.0, {values}), {0, 1, 2}},  // one fused loop
+        {sign(values), {-1, 0, 1}}};
+    for (const auto& [t, rest] : results) {
+      const std::vector<double> v = t.to_vector<double>();
+      EXPECT_TRUE(std::isnan(v[0])) << dtype_name(dtype) << ": " << v[0];
+      EXPECT_EQ(std::vector<double>(v.begin() + 1, v.end()), rest) << dtype_name(dtype);
+    }
+  }
+}
+
 TEST(Elemwise, BinaryValuesWithBroadcasting) {
   for (const auto& c : binary_cases()) {
     Var a = matrix("a", f64), b = vector("b", f64);

@@ -162,7 +162,7 @@ std::vector<ElementwiseCase> elementwise_cases() {
       u("softplus", Kind::float_function, [](const Var& x) { return softplus(x); }, stable_softplus),
       u("relu", Kind::keeps, [](const Var& x) { return relu(x); }, [](double a) { return std::max(a, 0.0); }),
       u("abs", Kind::keeps, [](const Var& x) { return abs(x); }, [](double a) { return std::fabs(a); }),
-      u("sign", Kind::arithmetic, [](const Var& x) { return sign(x); }, [](double a) { return double((0 < a) - (a < 0)); }),
+      u("sign", Kind::arithmetic, [](const Var& x) { return sign(x); }, [](double a) { return a != a ? a : double((0 < a) - (a < 0)); }),
       u("sin", Kind::float_function, [](const Var& x) { return sin(x); }, [](double a) { return std::sin(a); }),
       u("cos", Kind::float_function, [](const Var& x) { return cos(x); }, [](double a) { return std::cos(a); }),
       u("square", Kind::arithmetic, [](const Var& x) { return square(x); }, [](double a) { return a * a; }),

@@ -21,6 +21,22 @@ TEST(Subtensor, IndexAndSliceWithNumpyRules) {
   EXPECT_EQ(o[6].shape(), (Shape{0, 4}));
 }
 
+TEST(Subtensor, StepsNearTheLimitsOfI64TakeOneElementAsInNumPy) {
+  // The length (stop - start + step - 1) / step overflowed: x[0:10:INT64_MAX] came out empty.
+  Var x = vector("x", f64), i = scalar("i", i64);
+  const Tensor values = Tensor::from({0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0}, {10});
+  auto o = eval({x, i},
+                {slice(x, 0, 0, 10, INT64_MAX), slice(x, 0, 9, 0, INT64_MIN), slice(x, 0, 0, 10, INT64_MAX - 5),
+                 slice(x, 0, Var(i), std::nullopt, INT64_MIN), set_subtensor(slice(x, 0, 0, 10, INT64_MAX), -1.0)},
+                {values, Tensor::scalar<int64_t>(-3)});
+  expect_values(o[0], {0});
+  expect_values(o[1], {9});
+  expect_values(o[2], {0});
+  expect_values(o[3], {7});
+  expect_values(o[4], {-1, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+  expect_values(slice(values, 0, 0, 10, INT64_MAX), {0});
+}
+
 TEST(Subtensor, SymbolicIndexUsesTake) {
   Var x = matrix("x", f64), i = scalar("i", i64);
   expect_values(eval1({x, i}, x[i], {m34(), Tensor::scalar<int64_t>(2)}), {8, 9, 10, 11});

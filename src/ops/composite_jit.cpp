@@ -247,13 +247,13 @@ class ProgramEmitter : public Xbyak::CodeGenerator {
           release(m);
         }
         return;
-      case ScalarOp::sign: {  // (0 < x) - (x < 0)
+      case ScalarOp::sign: {  // x != x ? x : (0 < x) - (x < 0)
         const Xmm t = temp();
         mask_of(d, a[0], constant(0.0), kGreater, constant(1.0));
         mask_of(t, a[0], constant(0.0), kLess, constant(1.0));
         fsub(d, d, t);
         release(t);
-        return;
+        return select(d, a[0], a[0], kUnordered, a[0]);
       }
       case ScalarOp::sqrt: return f64_ ? vsqrtpd(d, a[0]) : vsqrtps(d, a[0]);
       // std::floor, std::ceil and std::nearbyint (to the even neighbour), exceptions suppressed (bit 3).

@@ -61,7 +61,7 @@ template <class T, class Body> bool visit_unary(ScalarOp op, Body&& body) {
       case ScalarOp::sqr: body([](T x) { return static_cast<T>(x * x); }, false); return true;
       case ScalarOp::relu: body([](T x) { return x > T(0) ? x : T(0); }, false); return true;
       case ScalarOp::abs: body([](T x) { return x < T(0) ? static_cast<T>(-x) : x; }, false); return true;
-      case ScalarOp::sign: body([](T x) { return static_cast<T>((T(0) < x) - (x < T(0))); }, false); return true;
+      case ScalarOp::sign: body([](T x) { return x != x ? x : static_cast<T>((T(0) < x) - (x < T(0))); }, false); return true;  // NaN as NumPy
       default: break;
     }
   }

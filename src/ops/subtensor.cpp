@@ -57,8 +57,12 @@ Resolved resolve(const IndexEntry& e, int64_t n, const std::string& op, const Sh
     start = clamp(e.start, n - 1, -1, n - 1);
     stop = clamp(e.stop, -1, -1, n - 1);
   }
-  int64_t length = step > 0 ? (stop - start + step - 1) / step : (start - stop - step - 1) / (-step);
-  return {start, step, std::max<int64_t>(length, 0)};
+  // In unsigned arithmetic: a step near INT64_MAX or INT64_MIN (which has no negation) must not
+  // overflow. A slice of one element or none has no step to speak of: 1 keeps its stride in range.
+  const int64_t distance = step > 0 ? stop - start : start - stop;
+  const uint64_t stride = step > 0 ? static_cast<uint64_t>(step) : uint64_t{0} - static_cast<uint64_t>(step);
+  const int64_t length = distance > 0 ? static_cast<int64_t>((static_cast<uint64_t>(distance) - 1) / stride) + 1 : 0;
+  return {start, length > 1 ? step : 1, length};
 }
 
 // x[entries]'s shape and strides; returns its offset.
