@@ -139,3 +139,36 @@ TEST(Random, BadArgumentsAreClearErrors) {
   expect_error<TypeError>([&] { rng.normal(vector("size", i64)); }, {"cannot tell how many dimensions", "shape_of"});
   expect_error<TypeError>([&] { rng.integers({3}, 0.5, 2.0); }, {"integers", "0-d integers"});
 }
+
+TEST(Random, IntegersCoverTheWholeI64RangeAndRefuseAnI32RangeTheyCannotHold) {
+  // The bounds went through a double: [INT64_MIN, INT64_MAX) gave INT64_MIN every time, and an
+  // i32 draw from [0, 2^40) wrapped to values outside the range.
+  RandomStreams rng(4);
+  const std::vector<int64_t> wide = function({}, {rng.integers({64}, INT64_MIN, INT64_MAX)})({})[0].to_vector<int64_t>();
+  int64_t negative = 0, distinct_high_words = 0;
+  for (size_t i = 0; i < wide.size(); ++i) {
+    negative += wide[i] < 0;
+    distinct_high_words += i > 0 && (wide[i] >> 40) != (wide[i - 1] >> 40);
+  }
+  EXPECT_GT(negative, 8);
+  EXPECT_LT(negative, 56);
+  EXPECT_GT(distinct_high_words, 56);
+  const int64_t near = int64_t{1} << 62;
+  for (int64_t v : function({}, {rng.integers({64}, near, near + 3)})({})[0].to_vector<int64_t>()) {
+    EXPECT_GE(v, near);
+    EXPECT_LT(v, near + 3);
+  }
+  Function narrow = function({}, {rng.integers({4}, int64_t{0}, int64_t{1} << 40, i32)});
+  expect_error<ShapeError>([&] { narrow({}); }, {"random_integers{i32}", "[0, 1099511627776)", "i32", "draw i64"});
+  Function fits = function({}, {rng.integers({256}, int64_t{INT32_MIN}, int64_t{INT32_MAX} + 1, i32)});
+  EXPECT_EQ(fits({})[0].dtype(), i32);
+}
+
+TEST(Random, ChoiceFromAnEmptyVectorNamesChoiceAndAllowsNoDraws) {
+  RandomStreams rng(5);
+  Var a = vector("a", f64);
+  Var n = scalar("n", i64);
+  Function f = function({a, n}, {rng.choice(DrawSize(stack({n})), a)});
+  EXPECT_EQ(f(Tensor::zeros({0}, f64), Tensor::scalar(int64_t{0}))[0].shape(), (Shape{0}));
+  expect_error<ShapeError>([&] { f(Tensor::zeros({0}, f64), Tensor::scalar(int64_t{2})); }, {"choice", "a has no elements", "size 0"});
+}

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <limits>
 #include <numbers>
 
 #include "kiln/ops.hpp"
@@ -22,6 +23,7 @@ const char* distribution_name(Distribution d) {
     case Distribution::normal: return "normal";
     case Distribution::integers: return "integers";
     case Distribution::binomial: return "binomial";
+    case Distribution::choice: return "choice";
   }
   return "?";
 }
@@ -60,7 +62,8 @@ int64_t per_block(Distribution d, DType dtype) {
   switch (d) {
     case Distribution::uniform:
     case Distribution::normal: return dtype == DType::f32 ? 4 : 2;
-    case Distribution::integers: return 2;
+    case Distribution::integers:
+    case Distribution::choice: return 2;
     case Distribution::binomial: return 4;  // trials, not values
   }
   return 1;
@@ -99,6 +102,7 @@ template <class T> struct DrawLoops {
   uint64_t key, counter;
   int64_t numel, per;
   double a, b;  // the parameters (binomial: n, p)
+  int64_t low, high;  // integers and choice: the bounds, exact (a double does not hold every i64)
   T* out;
 
   void blocks(int64_t b0, int64_t b1) const {
@@ -128,12 +132,14 @@ template <class T> struct DrawLoops {
             put(1, a + b * radius * std::sin(angle));
           }
           break;
-        case Distribution::integers: {
-          const uint64_t range = static_cast<uint64_t>(static_cast<int64_t>(b) - static_cast<int64_t>(a));
+        case Distribution::integers:
+        case Distribution::choice: {
+          // In unsigned arithmetic, exact for every range up to [INT64_MIN, INT64_MAX).
+          const uint64_t range = static_cast<uint64_t>(high) - static_cast<uint64_t>(low);
           for (int j = 0; j < 2; ++j) {
             const uint64_t x = (uint64_t{r.w[2 * j]} << 32) | r.w[2 * j + 1];
             const uint64_t offset = static_cast<uint64_t>((static_cast<unsigned __int128>(x) * range) >> 64);
-            if (first + j < numel) out[first + j] = static_cast<T>(static_cast<int64_t>(a) + static_cast<int64_t>(offset));
+            if (first + j < numel) out[first + j] = static_cast<T>(static_cast<int64_t>(static_cast<uint64_t>(low) + offset));
           }
           break;
         }
@@ -168,19 +174,28 @@ class RandomDrawKernel final : public KernelOf<RandomDraw> {
     const int64_t kc[2] = {key_counter[0], key_counter[state.strides()[0]]};
     const double a = in[2].item<double>(), b = in[3].item<double>();
     const Distribution d = op().distribution();
-    if (d == Distribution::integers && !(a < b))
-      throw ShapeError(op().name() + ": low (" + std::to_string(static_cast<int64_t>(a)) + ") must be below high (" +
-                       std::to_string(static_cast<int64_t>(b)) + ")");
+    const bool draws_integers = d == Distribution::integers || d == Distribution::choice;
+    const int64_t low = draws_integers ? in[2].item<int64_t>() : 0, high = draws_integers ? in[3].item<int64_t>() : 0;
+    const int64_t numel = out[0].numel();
+    if (d == Distribution::choice && high == 0 && numel > 0)
+      throw ShapeError("choice: a has no elements, so it has none to draw (" + std::to_string(numel) +
+                       " draws asked); an empty vector allows only a draw of size 0, as in NumPy");
+    if (d == Distribution::integers && low >= high && numel > 0)
+      throw ShapeError(op().name() + ": low (" + std::to_string(low) + ") must be below high (" + std::to_string(high) + ")");
+    if (d == Distribution::integers && op().dtype() == DType::i32 &&
+        (low < std::numeric_limits<int32_t>::min() || high > int64_t{std::numeric_limits<int32_t>::max()} + 1))
+      throw ShapeError(op().name() + ": the range [" + std::to_string(low) + ", " + std::to_string(high) +
+                       ") does not fit in i32; draw i64 or narrow the range");
     if (d == Distribution::binomial && (a < 0 || !(b >= 0 && b <= 1)))
       throw ShapeError(op().name() + ": n must be at least 0 and p in [0, 1], got n = " + std::to_string(static_cast<int64_t>(a)) +
                        ", p = " + std::to_string(b));
     Tensor& values = out[0];
     if (!values.is_contiguous()) throw ShapeError(op().name() + ": the draw's output must be contiguous");
-    const int64_t numel = values.numel(), per = per_block(d, op().dtype());
+    const int64_t per = per_block(d, op().dtype());
     const int64_t blocks = d == Distribution::binomial ? (numel * static_cast<int64_t>(a) + per - 1) / per : (numel + per - 1) / per;
     dispatch_dtype(values.dtype(), [&](auto zero) {
       using T = decltype(zero);
-      const DrawLoops<T> loops{d, static_cast<uint64_t>(kc[0]), static_cast<uint64_t>(kc[1]), numel, per, a, b, values.data<T>()};
+      const DrawLoops<T> loops{d, static_cast<uint64_t>(kc[0]), static_cast<uint64_t>(kc[1]), numel, per, a, b, low, high, values.data<T>()};
       const int64_t items = d == Distribution::binomial ? numel : blocks;
       const int threads = items * (d == Distribution::binomial ? std::max<int64_t>(1, static_cast<int64_t>(a)) : 1) >= (1 << 14) && !omp_in_parallel()
                               ? static_cast<int>(std::min<int64_t>(num_threads(), items))
@@ -270,7 +285,7 @@ Var RandomStreams::binomial(const DrawSize& size, const Var& n, const Var& p, DT
 
 Var RandomStreams::choice(const DrawSize& size, const Var& a, Loc loc) {
   if (a.ndim() != 1) throw TypeError("choice: a must be a vector, got " + a.type().str() + " (at " + loc_str(loc) + ")");
-  return take(a, integers(size, int64_t{0}, shape_of(a, loc)[0], DType::i64, loc), 0, loc);
+  return take(a, draw(Distribution::choice, size, constant(Tensor::scalar(int64_t{0})), shape_of(a, loc)[0], DType::i64, loc), 0, loc);
 }
 
 void RandomStreams::seed(uint64_t seed) {

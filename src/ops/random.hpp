@@ -5,7 +5,8 @@
 
 namespace kiln {
 
-enum class Distribution : int { uniform, normal, integers, binomial };
+// choice: integers in [0, high), the positions RandomStreams::choice takes from its vector.
+enum class Distribution : int { uniform, normal, integers, binomial, choice };
 
 // Random numbers from a counter-based generator (Philox4x32-10): inputs the stream's state (a
 // shared i64 vector {key, counter}), the output shape (a 1-D i64 value), then the distribution's
