@@ -109,6 +109,13 @@ TEST(Conv2d, BadShapesAndDtypesNameTheOpAndTheShapes) {
   EXPECT_THROW(conv2d(tensor4("i", i32), tensor4("wi", i32)), TypeError);
   EXPECT_THROW(conv2d(x, w, {.stride = {0, 1}}), ShapeError);
   EXPECT_THROW(conv2d(x, w, {.padding = Padding::sides(0, -1, 0, 0)}), ShapeError);
+  // A dilation near INT64_MAX wrapped the kernel's extent around: a 3-row kernel "fit" a 2-row
+  // input and gave a 4-row output.
+  expect_error<ShapeError>([&] { conv2d(x, w, {.dilation = {INT64_MAX, 1}}); }, {"conv2d", "dilation", "2147483647", "conv_test.cpp"});
+  expect_error<ShapeError>([&] { conv2d(x, w, {.stride = {1, int64_t{1} << 40}}); }, {"conv2d", "stride"});
+  expect_error<ShapeError>([&] { conv2d(x, w, {.padding = Padding(INT64_MAX)}); }, {"conv2d", "padding"});
+  m = message(random_tensor({1, 1, 2, 2}, f32), random_tensor({1, 1, 3, 1}, f32), {.dilation = {int64_t{1} << 31 - 1, 1}});
+  EXPECT_NE(m.find("more than the padded input"), std::string::npos) << m;
 }
 
 TEST(Conv2d, ASteadyTrainingStepAllocatesNothingAndMatchesAtOneAndTwoThreads) {

@@ -230,8 +230,9 @@ TEST(Pool, ErrorsNameTheOpTheShapesAndTheFix) {
   expect_error<TypeError>([] { avg_pool2d(tensor4("b", b8)); }, {"avg_pool2d", "f32 or f64", "b8[?,?,?,?]"});
   expect_error<TypeError>([] { max_pool2d(Var()); }, {"max_pool2d", "empty Var"});
   // Options that cannot pool any input, at the caller's line.
-  expect_error<ShapeError>([] { max_pool2d(tensor4("x"), {.window = {2, 0}}); }, {"max_pool2d", "window must be positive", "columns", "pool_test.cpp"});
-  expect_error<ShapeError>([] { avg_pool2d(tensor4("x"), {.stride = Window{0, 1}}); }, {"avg_pool2d", "stride must be positive", "rows"});
+  expect_error<ShapeError>([] { max_pool2d(tensor4("x"), {.window = {2, 0}}); }, {"max_pool2d", "window must be from 1", "columns", "pool_test.cpp"});
+  expect_error<ShapeError>([] { avg_pool2d(tensor4("x"), {.stride = Window{0, 1}}); }, {"avg_pool2d", "stride must be from 1", "rows"});
+  expect_error<ShapeError>([] { max_pool2d(tensor4("x"), {.window = {INT64_MAX, 2}}); }, {"max_pool2d", "window must be from 1 to 2147483647", "rows"});
   expect_error<ShapeError>([] { avg_pool2d(tensor4("x"), {.padding = {2, 0}}); },
                            {"avg_pool2d", "padding (2)", "smaller than the window (2)", "rows"});
   expect_error<ShapeError>([] { max_pool2d(tensor4("x"), {.padding = {0, -1}}); }, {"max_pool2d", "may not be negative", "columns"});

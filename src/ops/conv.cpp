@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "graph/node.hpp"
 #include "kiln/ops.hpp"
@@ -94,7 +95,12 @@ ConvGeometry ConvOp::geometry(const Shape& input, const Shape& filters) const {
   g.groups = groups;
   g.stride_h = options_.stride[0], g.stride_w = options_.stride[1];
   g.dilation_h = options_.dilation[0], g.dilation_w = options_.dilation[1];
-  const int64_t extent_h = (g.kernel_h - 1) * g.dilation_h + 1, extent_w = (g.kernel_w - 1) * g.dilation_w + 1;
+  int64_t extent_h = 0, extent_w = 0;
+  auto extent = [](int64_t kernel, int64_t dilation, int64_t& out) {
+    return !__builtin_mul_overflow(kernel - 1, dilation, &out) && !__builtin_add_overflow(out, 1, &out);
+  };
+  if (!extent(g.kernel_h, g.dilation_h, extent_h) || !extent(g.kernel_w, g.dilation_w, extent_w))
+    return fail("the kernel's extent with dilation " + pair_str(options_.dilation) + " does not fit in 64 bits");
   const auto [top, bottom] = axis_padding(options_.padding, g.height, extent_h, g.stride_h, true);
   const auto [left, right] = axis_padding(options_.padding, g.width, extent_w, g.stride_w, false);
   g.pad_top = top, g.pad_left = left;
@@ -515,16 +521,22 @@ void add_conv_kernels(KernelTable& table) {
 
 Var conv2d(const Var& input, const Var& filters, const Conv2dOptions& options, Loc loc) {
   if (!input.defined() || !filters.defined()) throw TypeError("conv2d: an empty Var given (at " + loc_str(loc) + ")");
-  auto positive = [&](const std::array<int64_t, 2>& v, const char* what) {
-    if (v[0] < 1 || v[1] < 1)
-      throw ShapeError(std::string("conv2d: ") + what + " must be at least 1 on both axes, got " + pair_str(v) + " (at " + loc_str(loc) + ")");
+  // Bounded so that no geometry computed from them wraps around (a dilation near INT64_MAX made a
+  // 3-row kernel fit a 2-row input).
+  constexpr int64_t kLargest = std::numeric_limits<int32_t>::max();
+  auto in_range = [&](const std::array<int64_t, 2>& v, const char* what) {
+    if (v[0] < 1 || v[1] < 1 || v[0] > kLargest || v[1] > kLargest)
+      throw ShapeError(std::string("conv2d: ") + what + " must be from 1 to " + std::to_string(kLargest) + " on both axes, got " +
+                       pair_str(v) + " (at " + loc_str(loc) + ")");
   };
-  positive(options.stride, "stride");
-  positive(options.dilation, "dilation");
+  in_range(options.stride, "stride");
+  in_range(options.dilation, "dilation");
   if (options.groups < 1) throw ShapeError("conv2d: groups must be at least 1, got " + std::to_string(options.groups) + " (at " + loc_str(loc) + ")");
   const Padding& p = options.padding;
-  if (p.rule == Padding::explicit_sides && std::min({p.top, p.bottom, p.left, p.right}) < 0)
-    throw ShapeError("conv2d: padding must not be negative, got " + padding_str(p) + " (at " + loc_str(loc) + ")");
+  if (p.rule == Padding::explicit_sides &&
+      (std::min({p.top, p.bottom, p.left, p.right}) < 0 || std::max({p.top, p.bottom, p.left, p.right}) > kLargest))
+    throw ShapeError("conv2d: padding must be from 0 to " + std::to_string(kLargest) + ", got " + padding_str(p) + " (at " +
+                     loc_str(loc) + ")");
   return apply1(std::make_shared<Conv2d>(options), {input, filters}, loc);
 }
 

@@ -2,6 +2,7 @@
 #include "ops/pool.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include "kiln/conv.hpp"
 #include "kiln/ops.hpp"
@@ -493,8 +494,12 @@ PoolWindows resolved_windows(const Pool2dOptions& options, PoolMode mode, const 
   };
   for (size_t a = 0; a < 2; ++a) {
     const char* axis = a == 0 ? "rows" : "columns";
-    if (w.window[a] <= 0) fail("the window must be positive along the " + std::string(axis) + ", got " + std::to_string(w.window[a]));
-    if (w.stride[a] <= 0) fail("the stride must be positive along the " + std::string(axis) + ", got " + std::to_string(w.stride[a]));
+    // Bounded so that no geometry computed from them wraps around.
+    constexpr int64_t kLargest = std::numeric_limits<int32_t>::max();
+    if (w.window[a] <= 0 || w.window[a] > kLargest)
+      fail("the window must be from 1 to " + std::to_string(kLargest) + " along the " + std::string(axis) + ", got " + std::to_string(w.window[a]));
+    if (w.stride[a] <= 0 || w.stride[a] > kLargest)
+      fail("the stride must be from 1 to " + std::to_string(kLargest) + " along the " + std::string(axis) + ", got " + std::to_string(w.stride[a]));
     if (w.padding[a] < 0) fail("the padding may not be negative along the " + std::string(axis) + ", got " + std::to_string(w.padding[a]));
     if (w.padding[a] >= w.window[a])
       fail("the padding (" + std::to_string(w.padding[a]) + ") must be smaller than the window (" + std::to_string(w.window[a]) +
