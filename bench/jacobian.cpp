@@ -1,0 +1,39 @@
+// The Jacobian of a 784-50-N softmax MLP's output for one example, with respect to one weight
+// matrix: the scan over the output's elements against the vectorized form (docs/differentiation.md).
+//   bench_jacobian N W1|W2 scan|vectorized   milliseconds per call of the compiled jacobian
+#include <kiln/kiln.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "timing.hpp"
+
+using namespace kiln;
+
+int main(int argc, char** argv) {
+  if (argc != 4) {
+    std::fprintf(stderr, "usage: bench_jacobian N W1|W2 scan|vectorized\n");
+    return 2;
+  }
+  const int64_t n = std::atoll(argv[1]), hidden = 50, in = 784;
+  const std::string wrt = argv[2], form = argv[3];
+  auto weights = [](int64_t rows, int64_t cols, double scale) {
+    std::vector<float> w(rows * cols);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(scale * ((i * 7919 % 1000) / 500.0 - 1.0));
+    return Tensor::from(w, {rows, cols});
+  };
+  Shared W1 = shared(weights(in, hidden, 0.05), "W1"), b1 = shared(Tensor::zeros({hidden}), "b1");
+  Shared W2 = shared(weights(hidden, n, 0.2), "W2"), b2 = shared(Tensor::zeros({n}), "b2");
+  Var x = vector("x");
+  const Var y = softmax(dot(tanh(dot(x, W1) + b1), W2) + b2);
+  const Var J = jacobian(y, wrt == "W1" ? Var(W1) : Var(W2), {.vectorize = form == "vectorized"});
+  Function f = function({x}, {J});
+  if (std::getenv("BENCH_GRAPH")) std::printf("%s\n", f.graph_text().c_str());
+  const Tensor example = weights(1, in, 1.0).reshape({in});
+  const double ms = bench::milliseconds_per_call([&] { f(example); });
+  std::printf("jacobian of y[%lld] in %s (%s): %.3f ms, shape", static_cast<long long>(n), wrt.c_str(), form.c_str(), ms);
+  const Tensor result = f(example)[0];
+  for (int64_t d : result.shape()) std::printf(" %lld", static_cast<long long>(d));
+  std::printf("\n");
+}
