@@ -118,10 +118,6 @@ std::optional<std::vector<Value>> dot_rule(const Node& node, const std::vector<V
   const Loc& loc = node.loc;
   const Value &a = in[0], &b = in[1];
   const int64_t a_nd = node.inputs[0].ndim(), b_nd = node.inputs[1].ndim();
-  // An outer product (a column times a row, both declaring the length-1 axis they contract): an
-  // elementwise product, which fuses, instead of a batch of matrix products of depth one.
-  if (a_nd == 2 && b_nd == 2 && node.inputs[0].type().broadcastable[1] && node.inputs[1].type().broadcastable[0])
-    return all_batched({with_batch_axis(a, loc) * with_batch_axis(b, loc)});
   if (!b.batched && a_nd == 1) return all_batched({dot(a.var, b.var, loc)});
   if (!b.batched) {
     const Var shape = shape_of(a.var, loc);
@@ -148,11 +144,15 @@ std::optional<std::vector<Value>> softmax_rule(const Node& node, const std::vect
   return all_batched({apply1(std::make_shared<Softmax>(op.axis() + 1, op.is_log()), {in[0].var}, node.loc)});
 }
 
-// (gy - sum(gy * y, axis)) * y, written out so that broadcasting batches it.
+// The op itself on the axis after the batch; an unbatched operand is copied for every element
+// first (its kernel takes operands of one shape).
 std::optional<std::vector<Value>> softmax_grad_rule(const Node& node, const std::vector<Value>& in) {
+  const Loc& loc = node.loc;
+  const Var& batched = in[0].batched ? in[0].var : in[1].var;
+  std::vector<Var> inputs;
+  for (const Value& v : in) inputs.push_back(v.batched ? v.var : fill_like(batched, pad_left(v.var, batched.ndim(), loc), loc));
   const int64_t axis = static_cast<const SoftmaxGrad&>(*node.op).axis() + 1;
-  const Var gy = with_batch_axis(in[0], node.loc), y = with_batch_axis(in[1], node.loc);
-  return all_batched({(gy - sum(gy * y, {axis}, true, node.loc)) * y});
+  return all_batched({apply1(std::make_shared<SoftmaxGrad>(axis), inputs, loc)});
 }
 
 // The same entries after a full slice over the batch.
