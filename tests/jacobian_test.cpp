@@ -155,6 +155,14 @@ TEST(Jacobian, VectorizedOfAMatrixOutputKeepsItsShape) {
   const Tensor j = eval1({x, W}, jacobian(y, x, {.vectorize = true}), at);
   EXPECT_EQ(j.shape(), (Shape{3, 2, 3}));
   expect_values(j, numeric_jacobian(f, at, 0), 1e-8);
+  // A y that declares its one element broadcastable: so does the cotangent the product reads.
+  const Var one = sum(x * x, {0}, true);
+  EXPECT_TRUE(one.type().broadcastable[0]);
+  expect_values(eval1({x}, jacobian(one, x, {.vectorize = true}), {at[0]}), [&] {
+    std::vector<double> twice;
+    for (double v : at[0].to_vector<double>()) twice.push_back(2 * v);
+    return twice;
+  }(), 1e-12);
 }
 
 TEST(Jacobian, VectorizedOfAnRnnLoopsOverTheBatchInsideTheGradient) {

@@ -86,6 +86,8 @@ TEST(Vectorize, ReductionsShiftTheirAxes) {
   expect_batches_like_a_loop({x}, argmax(x, {1}), {0}, at, batch);
   expect_batches_like_a_loop({x}, argmax(x), {0}, at, batch);  // all axes: loops
   expect_batches_like_a_loop({x}, logsumexp(x, {2}, true), {0}, at, batch);
+  Var s = scalar("s", f64);  // a 0-d value reduces over no axis, batched or not
+  expect_batches_like_a_loop({s}, sum(s) * 2.0, {0}, {Tensor::scalar(0.5)}, {rnd({3}, 48)});
 }
 
 TEST(Vectorize, ShapeOpsShiftOrPrependTheBatchAxis) {

@@ -288,7 +288,7 @@ std::vector<Var> vectorize_graph(const std::vector<Var>& outputs, const std::vec
       throw TypeError("vectorize_graph: the batch of '" + from.get()->label() + "' " + from.type().str() + " must have dtype " +
                       dtype_name(from.dtype()) + " and " + std::to_string(from.ndim() + 1) + " dimensions (a leading batch axis), got " +
                       to.type().str());
-    rebuilt[from.get()] = {to, true};
+    rebuilt[from.get()] = {keep_broadcastable(to, from.type(), Loc::current()), true};
   }
   for (Node* node : topological_order(outputs)) {
     std::vector<Value> in;

@@ -11,7 +11,7 @@ namespace kiln {
 // of them (broadcasting cannot tell a batch of 1 from a mismatch, so that is the caller's to keep).
 // Every value that depends on a replaced one is computed for the whole batch at once and gains the
 // leading axis (PyTensor's vectorize_graph). Each op family with a rule rewrites its node on the
-// batched inputs directly (elementwise, reductions, shape ops, matrix products, softmax,
+// batched inputs directly (elementwise, reductions, shape ops, indexing, matrix products, softmax,
 // sum_to_shape); a node of any other op runs once per batch element in a scan. Nodes that read no
 // replaced value are kept as they are, and an output that reads none comes back as it was, with its
 // own number of dimensions. Throws TypeError when a replacement's type does not fit.
