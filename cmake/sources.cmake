@@ -51,6 +51,7 @@ set(KILN_SOURCES
   src/grad/grad.cpp
   src/grad/rop.cpp
   src/grad/jacobian.cpp
+  src/grad/vectorize.cpp
   src/grad/optimizers.cpp
   src/rewrite/engine.cpp
   src/rewrite/catalogue.cpp

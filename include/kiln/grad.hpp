@@ -30,6 +30,17 @@ Var jacobian(const Var& y, const Var& x, GradOptions options = {});
 // The second derivative of a 0-d cost, of shape x.shape + x.shape: jacobian(grad(cost, x), x).
 Var hessian(const Var& cost, const Var& x, GradOptions options = {});
 
+struct JacobianOptions {
+  // false: the scan above, one row of the Jacobian per step, working memory of one gradient.
+  // true: the vector-Jacobian product built once and vectorized over a batch of cotangents, the
+  // identity matrix, so every row comes out of one batched pass (PyTensor's vectorize=True):
+  // faster for short outputs, but every intermediate of the gradient is held y.size times at once.
+  bool vectorize = false;
+  GradOptions grad = {};
+};
+Var jacobian(const Var& y, const Var& x, JacobianOptions options);
+Var hessian(const Var& cost, const Var& x, JacobianOptions options);
+
 struct VerifyOptions {
   double eps = 0;       // relative step; 0: per dtype (f64 1e-7, f32 3e-4), as Theano
   double abs_tol = 0;   // 0: per dtype (f64 1e-4, f32 1e-2)

@@ -1,36 +1,69 @@
-// Full derivatives built from the vector-Jacobian product, one row per step of a loop, so the
-// graph does not grow with the output's length.
+// Full derivatives built from the vector-Jacobian product: one row per step of a loop, so the
+// graph does not grow with the output's length, or every row at once by vectorizing that product
+// over the rows of the identity.
+#include "grad/vectorize.hpp"
 #include "graph/node.hpp"
 #include "kiln/grad.hpp"
 #include "kiln/ops.hpp"
 #include "kiln/scan.hpp"
+#include "ops/shape.hpp"
 
 namespace kiln {
+namespace {
 
-Var jacobian(const Var& y, const Var& x, GradOptions options) {
+// Row i of the flattened y differentiated at step i; the rows stacked.
+Var rows_by_scan(const Var& flat, const Var& x, GradOptions options) {
+  ScanResult rows = scan(
+      [&](const std::vector<Var>& a) {
+        const Var& i = a[0];
+        return std::vector<Var>{i + int64_t{1}, grad(flat[VarIndex(i)], x, options)};
+      },
+      {.sequences = {}, .outputs_info = {Taps{constant(Tensor::scalar(int64_t{0}))}, std::nullopt}, .non_sequences = {},
+       .n_steps = shape_of(flat)[0]});
+  return rows.outputs[1];
+}
+
+// The vector-Jacobian product for a symbolic cotangent, vectorized over a batch of cotangents:
+// the rows of the identity, whose size is known only when the function runs.
+Var rows_by_batch(const Var& flat, const Var& x, GradOptions options) {
+  const Var cotangent = tensor(flat.dtype(), flat.type().broadcastable, "cotangent");
+  const Var product = Lop({flat}, {x}, {cotangent}, options)[0];
+  const Var ones = ones_like(flat);
+  const Var index = cumsum(cast(ones, DType::i64));
+  const Var identity = cast(dimshuffle(index, {0, -1}) == dimshuffle(index, {-1, 0}), flat.dtype());
+  const Var rows = vectorize_graph({product}, {{cotangent, identity}})[0];
+  if (rows.ndim() > product.ndim()) return rows;
+  // A product that does not read the cotangent (a disconnected x's zeros) is every row's.
+  std::vector<int64_t> column{0};
+  column.resize(x.ndim() + 1, -1);
+  return pad_left(rows, rows.ndim() + 1, Loc::current()) * dimshuffle(ones, column);
+}
+
+Var jacobian_of(const Var& y, const Var& x, GradOptions options, bool vectorize) {
   if (!y.defined() || !x.defined()) throw GradError("jacobian: y or x is an empty Var");
   if (!is_float(y.dtype())) throw GradError("jacobian: y must be a float value, got " + y.type().str());
   try {
     if (y.ndim() == 0) return grad(y, x, options);
-    // Row i of the flattened y differentiated at step i; the rows stacked, then shaped y.shape + x.shape.
     const Var flat = flatten(y, 1);
-    ScanResult rows = scan(
-        [&](const std::vector<Var>& a) {
-          const Var& i = a[0];
-          return std::vector<Var>{i + int64_t{1}, grad(flat[VarIndex(i)], x, options)};
-        },
-        {.sequences = {}, .outputs_info = {Taps{constant(Tensor::scalar(int64_t{0}))}, std::nullopt}, .non_sequences = {},
-         .n_steps = shape_of(flat)[0]});
-    return reshape(rows.outputs[1], concatenate({shape_of(y), shape_of(x)}), y.ndim() + x.ndim());
+    const Var rows = vectorize ? rows_by_batch(flat, x, options) : rows_by_scan(flat, x, options);
+    return reshape(rows, concatenate({shape_of(y), shape_of(x)}), y.ndim() + x.ndim());
   } catch (const GradError& e) {
-    throw GradError("jacobian of y " + y.type().str() + " in x '" + x.get()->label() + "' " + x.type().str() + " (each element of y by grad): " + e.what());
+    throw GradError("jacobian of y " + y.type().str() + " in x '" + x.get()->label() + "' " + x.type().str() +
+                    (vectorize ? " (every element of y at once by Lop): " : " (each element of y by grad): ") + e.what());
   }
 }
 
-Var hessian(const Var& cost, const Var& x, GradOptions options) {
+Var hessian_of(const Var& cost, const Var& x, GradOptions options, bool vectorize) {
   if (!cost.defined() || cost.ndim() != 0)
     throw GradError("hessian: the cost must be a scalar (0-d), got " + (cost.defined() ? cost.type().str() : std::string("an empty Var")));
-  return jacobian(grad(cost, x, options), x, options);
+  return jacobian_of(grad(cost, x, options), x, options, vectorize);
 }
+
+}  // namespace
+
+Var jacobian(const Var& y, const Var& x, GradOptions options) { return jacobian_of(y, x, options, false); }
+Var jacobian(const Var& y, const Var& x, JacobianOptions options) { return jacobian_of(y, x, options.grad, options.vectorize); }
+Var hessian(const Var& cost, const Var& x, GradOptions options) { return hessian_of(cost, x, options, false); }
+Var hessian(const Var& cost, const Var& x, JacobianOptions options) { return hessian_of(cost, x, options.grad, options.vectorize); }
 
 }  // namespace kiln

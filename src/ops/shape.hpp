@@ -28,6 +28,8 @@ class Reshape final : public Op {
  public:
   Reshape(Shape target, int64_t ndim, int64_t flatten_to) : target_(std::move(target)), ndim_(ndim), flatten_to_(flatten_to) {}
   bool flattens() const { return flatten_to_ > 0; }  // its target depends on the input's shape
+  const Shape& target() const { return target_; }     // the constant form's target
+  int64_t flatten_to() const { return flatten_to_; }
   void params(OpParams& out) const override { out << target_ << ndim_ << flatten_to_; }
   std::string name() const override;
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
