@@ -142,4 +142,12 @@ TEST(Optimizers, BadArgumentsAreClearErrors) {
   expect_error<TypeError>([&] { sgd(q.cost, {}); }, {"sgd", "at least one parameter"});
   expect_error<TypeError>([&] { adam(q.cost, {count}); }, {"adam", "float shared variable", "'count'", "i64"});
   expect_error<TypeError>([&] { rmsprop(std::vector<Var>{}, {q.p}); }, {"rmsprop", "0 gradients for 1 parameters"});
+  // Found by a new-user trial: an f64 gradient of an f32 parameter failed in function() naming
+  // 'w.mean_square', a state variable the user never made; a parameter the cost ignores got grad's
+  // advice to pass GradOptions, which no optimizer takes.
+  Shared w = shared(Tensor::from(std::vector<float>{1, 2}), "w"), unused = shared(Tensor::ones({2}), "unused");
+  Var scaled = grad(sum(sqr(w)), Var(w)) * scalar("scale", f64);
+  expect_error<TypeError>([&] { rmsprop(std::vector<Var>{scaled}, {w}); }, {"rmsprop", "gradient of 'w'", "f64", "cast(g, f32)"});
+  expect_error<TypeError>([&] { sgd(std::vector<Var>{scaled}, {w}); }, {"sgd", "gradient of 'w'", "f64"});
+  expect_error<GradError>([&] { adam(sum(sqr(w)), {w, unused}); }, {"adam", "does not depend on parameter 'unused'", "leave it out"});
 }

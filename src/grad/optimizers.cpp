@@ -13,14 +13,36 @@ std::vector<Var> gradients_of(const Gradients& gradients, const std::vector<Shar
     if (!p.defined() || !is_float(p.dtype()))
       throw TypeError(std::string(rule) + ": every parameter must be a float shared variable, got " +
                       (p.defined() ? "'" + p.name() + "' " + p.type().str() : std::string("an empty one")));
-  if (gradients.cost.defined()) return grad(gradients.cost, std::vector<Var>(params.begin(), params.end()));
+  if (gradients.cost.defined()) {
+    try {
+      return grad(gradients.cost, std::vector<Var>(params.begin(), params.end()));
+    } catch (const GradError&) {
+      // grad's advice (GradOptions) is not an optimizer's: name the parameter the cost ignores.
+      for (const Shared& p : params) {
+        try {
+          grad(gradients.cost, Var(p));
+        } catch (const GradError&) {
+          throw GradError(std::string(rule) + ": the cost does not depend on parameter '" + p.name() + "' " + p.type().str() +
+                          "; leave it out of the parameters (an optimizer updates what the cost depends on)");
+        }
+      }
+      throw;
+    }
+  }
   if (gradients.grads.size() != params.size())
     throw TypeError(std::string(rule) + ": " + std::to_string(gradients.grads.size()) + " gradients for " +
                     std::to_string(params.size()) + " parameters; give one per parameter (or the cost)");
-  for (size_t i = 0; i < params.size(); ++i)
-    if (!gradients.grads[i].defined() || gradients.grads[i].ndim() != params[i].ndim())
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Var& g = gradients.grads[i];
+    if (!g.defined() || g.ndim() != params[i].ndim())
       throw TypeError(std::string(rule) + ": the gradient of '" + params[i].name() + "' " + params[i].type().str() + " is " +
-                      (gradients.grads[i].defined() ? gradients.grads[i].type().str() : std::string("empty")));
+                      (g.defined() ? g.type().str() : std::string("empty")));
+    // The update keeps the parameter's dtype; a gradient of another (f64 after scaling by an f64
+    // value) would surface later as a type error on a state variable the user never made.
+    if (g.dtype() != params[i].dtype())
+      throw TypeError(std::string(rule) + ": the gradient of '" + params[i].name() + "' " + params[i].type().str() + " is " +
+                      g.type().str() + "; cast it to the parameter's dtype (cast(g, " + dtype_name(params[i].dtype()) + "))");
+  }
   return gradients.grads;
 }
 
