@@ -154,3 +154,21 @@ TEST(Fusion, GradientsThroughAFusedNodeWithTwoOutputs) {
   EXPECT_NO_THROW(verify_grad(fn, at));
   EXPECT_NO_THROW(verify_rop(fn, at));
 }
+
+TEST(Fusion, CompositesThatWriteDifferentOutputsAreNotEqual) {
+  // Merge must not take one for the other: the outputs are part of what a composite computes.
+  const std::vector<ScalarInstruction> program{{ScalarOp::exp, f64, {0}}, {ScalarOp::mul, f64, {1, 0}}, {ScalarOp::add, f64, {2, 1}}};
+  const Type type = vector("x", f64).type();
+  const Composite one_output(1, program, type, std::nullopt), writes_exp(1, program, type, std::nullopt, {1}),
+      writes_mul(1, program, type, std::nullopt, {2}), writes_exp_again(1, program, type, std::nullopt, {1});
+  EXPECT_FALSE(one_output.equals(writes_exp));
+  EXPECT_FALSE(writes_exp.equals(writes_mul));
+  EXPECT_TRUE(writes_exp.equals(writes_exp_again));
+  EXPECT_EQ(writes_exp.hash(), writes_exp_again.hash());
+  EXPECT_EQ(writes_exp.name(), "composite{exp[out1],mul,add}");
+  EXPECT_EQ(writes_exp.infer_types({type}).size(), 2u);
+  // Output 0 is always the last instruction's; a reduction keeps one output.
+  expect_error<TypeError>([&] { Composite(1, program, type, std::nullopt, {3}); }, {"composite", "output register 3"});
+  expect_error<TypeError>([&] { Composite(1, program, type, FusedReduction{ReduceKind::sum, {0}, false}, {1}); },
+                          {"without a reduction"});
+}
