@@ -237,12 +237,14 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
         plan.supplied[s] = true;
         continue;
       }
-      // A borrowed input or an overwritable shared variable that dies here is workspace: overwrite it.
-      auto overwrite_lent = [&] {
+      // A borrowed input or an overwritable shared variable that dies here is workspace: overwrite it
+      // (with own_variable_only, only the variable whose new value this is).
+      auto overwrite_lent = [&](bool own_variable_only) {
         for (auto [out, in] : inplace) {
           const int src = ins.inputs[in];
           if (out != static_cast<int>(o) || !borrowed[src] || borrowed_taken[src] || results.count(src) || !replaceable(src))
             continue;
+          if (own_variable_only && update_into[src] != s) continue;
           const int shared_slot = update_into[src] >= 0 ? src : -1;
           const bool may_still_fail = static_cast<int>(k) < last_fallible ||
                                       (static_cast<int>(k) == last_fallible && !ins.node->op->checks_values_before_writing());
@@ -257,7 +259,7 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
       };
       // A shared variable's new value in a buffer of the arena would leave it (a new buffer on every
       // call) and be copied into the variable: its variable's own buffer, where it may, comes first.
-      if (overwrites_its_variable[s] && overwrite_lent()) continue;
+      if (overwrites_its_variable[s] && overwrite_lent(true)) continue;
       // In place: the input also owns its buffer outright and is not protected.
       int reuse = -1;
       for (auto [out, in] : inplace) {
@@ -280,7 +282,7 @@ MemoryPlan plan_memory(const Program& p, const std::vector<Shape>& input_shapes,
         buffer_of[s] = reuse;
         continue;
       }
-      if (overwrite_lent()) continue;
+      if (overwrite_lent(false)) continue;
       buffer_of[s] = static_cast<int>(buffers.size());
       buffers.push_back({bytes, static_cast<int>(k), static_cast<int>(k), -1, true});
     }
