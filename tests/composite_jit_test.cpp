@@ -77,22 +77,29 @@ void expect_same_bits(const Tensor& got, const Tensor& want, const std::string& 
 // Compiles output under each instruction set (its fused node then holds machine code) and under
 // baseline (only the interpreter), and compares them run under the same set (a reduction's
 // summation order depends on the vector width), on 1 and 2 threads.
-void check_against_interpreter(const std::string& what, const std::vector<Var>& inputs, const Var& output,
+void check_against_interpreter(const std::string& what, const std::vector<Var>& inputs, const std::vector<Var>& outputs,
                                const std::vector<Tensor>& values) {
   limit_isa(Isa::baseline);
   const std::vector<In> ins(inputs.begin(), inputs.end());
-  Function interpreted = function(ins, {output}, {.allow_unused_inputs = true});
+  const std::vector<Out> outs(outputs.begin(), outputs.end());
+  Function interpreted = function(ins, outs, {.allow_unused_inputs = true});
   for (Isa isa : compiled_isas()) {
     limit_isa(isa);
-    Function compiled = function(ins, {output}, {.allow_unused_inputs = true});
+    Function compiled = function(ins, outs, {.allow_unused_inputs = true});
     for (int threads : {1, 2}) {
       set_num_threads(threads);
-      expect_same_bits(compiled(values)[0], interpreted(values)[0],
-                       what + " on " + isa_name(isa) + ", " + std::to_string(threads) + " threads");
+      const std::vector<Tensor> got = compiled(values), want = interpreted(values);
+      for (size_t o = 0; o < outputs.size(); ++o)
+        expect_same_bits(got[o], want[o], what + " output " + std::to_string(o) + " on " + isa_name(isa) + ", " +
+                                              std::to_string(threads) + " threads");
     }
   }
   set_num_threads(2);
   limit_isa(Isa::avx512);
+}
+void check_against_interpreter(const std::string& what, const std::vector<Var>& inputs, const Var& output,
+                               const std::vector<Tensor>& values) {
+  check_against_interpreter(what, inputs, std::vector<Var>{output}, values);
 }
 
 // Whether a one-instruction program of op over n_args inputs of dtype compiles for isa.
@@ -213,4 +220,36 @@ TEST(CompositeJit, OutputsLargerThanTheCachesAreStreamedAndMatchTheInterpreter) 
   const int64_t n = 3'000'001;
   check_against_interpreter("streamed", {x, y}, tanh(x * 0.25 + y) * 3.0, {probe_tensor({n}, DType::f32, 6),
                                                                           probe_tensor({n}, DType::f32, 7)});
+}
+
+TEST(CompositeJit, ProgramsWithSeveralOutputsMatchTheInterpreterBitForBit) {
+  // An Adam-like step: the new moments are written beside the new parameter, in one loop.
+  for (Isa isa : compiled_isas()) {
+    const std::vector<ScalarInstruction> program{{ScalarOp::mul, DType::f32, {0, 1}}, {ScalarOp::add, DType::f32, {2, 0}}};
+    const std::vector<DType> dtypes{DType::f32, DType::f32};
+    EXPECT_NE(CompiledProgram::compile(program, dtypes, {false, false}, isa, std::vector<int>{2}), nullptr) << isa_name(isa);
+  }
+  for (DType dtype : {DType::f32, DType::f64}) {
+    const std::string d = dtype_name(dtype);
+    Var p = vector("p", dtype), m = vector("m", dtype), v = vector("v", dtype), g = vector("g", dtype);
+    Var new_m = m * 0.9 + g * 0.1;
+    Var new_v = abs(v) * 0.99 + sqr(g) * 0.01;
+    Var new_p = p - new_m * 0.001 / (sqrt(new_v) + 1e-8);
+    for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{37}, int64_t{1000}, int64_t{70001}}) {
+      std::vector<Tensor> values;
+      for (uint64_t i = 0; i < 4; ++i) values.push_back(probe_tensor({n}, dtype, static_cast<uint64_t>(n) * 10 + i));
+      check_against_interpreter("adam-like " + d + " n=" + std::to_string(n), {p, m, v, g}, {new_m, new_v, new_p}, values);
+    }
+    // A row gathered into blocks: the compiled program runs block by block, writing every output.
+    Var x = matrix("x", dtype), b = vector("b", dtype);
+    Var scaled = x * 0.5 + b;
+    check_against_interpreter("row broadcast " + d, {x, b}, {scaled, scaled * scaled - b},
+                              {probe_tensor({37, 29}, dtype, 1), probe_tensor({29}, dtype, 3)});
+  }
+  // Larger than the caches: every output is streamed.
+  Var x = vector("x"), y = vector("y");
+  Var first = x * 0.25 + y;
+  const int64_t n = 3'000'001;
+  check_against_interpreter("streamed", {x, y}, {first, first * 3.0 - x},
+                            {probe_tensor({n}, DType::f32, 6), probe_tensor({n}, DType::f32, 7)});
 }

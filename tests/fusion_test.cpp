@@ -70,3 +70,105 @@ TEST(Fusion, FusedOpsAreNotDifferentiated) {
   Var y = apply1(op, {x}, Loc::current());
   expect_error<GradError>([&] { grad(sum(y), x); }, {"composite", "differentiate the graph before compiling"});
 }
+
+// The distinct fused nodes of f with more than one output ("[id C].1" is output 1 of node C).
+int multi_output_composites(const Function& f) {
+  std::set<std::string> ids;
+  std::istringstream lines(f.graph_text());
+  static const std::regex extra(R"(^[^a-z]*composite\{[^ ]*\} \[id ([A-Z]+)\]\.[1-9])");
+  std::smatch m;
+  for (std::string line; std::getline(lines, line);)
+    if (std::regex_search(line, m, extra)) ids.insert(m[1]);
+  return static_cast<int>(ids.size());
+}
+
+TEST(Fusion, ValuesAlsoReadOutsideTheGroupComeOutOfTheSamePass) {
+  // a is an output of the function and an operand of b: one pass writes both.
+  Var x = vector("x", f64), y = vector("y", f64);
+  Var a = exp(x) * y;
+  Var b = tanh(a) + x * 2.0;
+  Function f = compare_with_plain({x, y}, {a, b}, {random_tensor({1000}), random_tensor({1000}, f64, -1, 1, 2)}, 1e-12);
+  EXPECT_EQ(node_count(f), 1) << f.graph_text();
+  EXPECT_EQ(multi_output_composites(f), 1) << f.graph_text();
+  EXPECT_NE(f.graph_text().find("mul[out1]"), std::string::npos) << f.graph_text();
+  // Also with the other dtypes of a mixed program, and large enough for threads and streaming stores.
+  Var u = vector("u", f32), k = vector("k", i32);
+  Var scaled = cast(k, f32) * u;
+  Function g = compare_with_plain({u, k}, {scaled, where(scaled > 0.0, scaled, -u) + 1.0},
+                                  {random_tensor({2'000'001}, f32), Tensor::full({2'000'001}, 3.0, i32)}, 1e-6);
+  EXPECT_EQ(multi_output_composites(g), 1) << g.graph_text();
+}
+
+TEST(Fusion, AValueReadByWhatFeedsTheGroupStaysOutside) {
+  // s reads a and feeds the root: a joining the root's pass as an extra output would make the
+  // fused node read its own output. The same through a second group of another shape: c reads a
+  // (broadcast) and d, read by the root through a sum, is in c's group.
+  Var x = vector("x", f64), y = vector("y", f64), m = matrix("m", f64);
+  Var a = exp(x) * y;
+  Var s = sum(a);
+  Var root = tanh(a) + s;
+  Var c = m + a;
+  Var d = tanh(m * 3.0);
+  Var root2 = c * d;
+  Var e = (sum(d, {0}) + a) * 2.0;
+  const std::vector<Tensor> values{random_tensor({6}), random_tensor({6}, f64, -1, 1, 2), random_tensor({5, 6}, f64, -1, 1, 3)};
+  Function f = compare_with_plain({x, y, m}, {root, e, root2}, values, 1e-12);
+  EXPECT_EQ(count_op(f, "exp"), 1) << f.graph_text();  // never recomputed
+}
+
+TEST(Fusion, TwoOutputsNeverTakeTheBufferOfOneInput) {
+  // t dies at the fused node and has the shape and dtype of both its outputs: one of them may be
+  // written over it, not both.
+  Var x = matrix("x", f64), w = matrix("w", f64), v = matrix("v", f64);
+  Var t = dot(x, w);
+  Var a = exp(t) * 2.0;
+  Var r = a + t;
+  Function f = compare_with_plain({x, w, v}, {dot(r, v), dot(a, v)},
+                                  {random_tensor({40, 30}), random_tensor({30, 50}, f64, -1, 1, 2), random_tensor({50, 3}, f64, -1, 1, 3)},
+                                  1e-10);
+  EXPECT_EQ(multi_output_composites(f), 1) << f.graph_text();
+}
+
+TEST(Fusion, AGroupWhoseSumAccumulatesInItsPassKeepsOneOutput) {
+  // sum(b) accumulates inside b's pass, so b's group writes nothing else: a is its own pass, as
+  // before, rather than b being written out for a separate sum.
+  Var x = matrix("x", f64), y = matrix("y", f64);
+  Var a = tanh(x * y);
+  Var b = a * x + 1.0;
+  Function f = compare_with_plain({x, y}, {sum(b), a}, {random_tensor({4, 5}), random_tensor({4, 5}, f64, -1, 1, 2)}, 1e-12);
+  EXPECT_EQ(multi_output_composites(f), 0) << f.graph_text();
+  EXPECT_EQ(count_op(f, "sum"), 0) << f.graph_text();
+}
+
+TEST(Fusion, GradientsThroughAFusedNodeWithTwoOutputs) {
+  // Compiled, one fused node writes a and b, both read by the cost's product.
+  auto fn = [](std::vector<Var> v) {
+    Var a = tanh(v[0] * v[1]);
+    Var b = a * v[0] + 1.0;
+    return sum(dot(b, transpose(a)));
+  };
+  Var x = matrix("x", f64), y = matrix("y", f64);
+  Function f = function({x, y}, {fn({x, y})});
+  EXPECT_EQ(multi_output_composites(f), 1) << f.graph_text();
+  const std::vector<Tensor> at{random_tensor({4, 5}), random_tensor({4, 5}, f64, -1, 1, 2)};
+  EXPECT_NO_THROW(verify_grad(fn, at));
+  EXPECT_NO_THROW(verify_rop(fn, at));
+}
+
+TEST(Fusion, CompositesThatWriteDifferentOutputsAreNotEqual) {
+  // Merge must not take one for the other: the outputs are part of what a composite computes.
+  const std::vector<ScalarInstruction> program{{ScalarOp::exp, f64, {0}}, {ScalarOp::mul, f64, {1, 0}}, {ScalarOp::add, f64, {2, 1}}};
+  const Type type = vector("x", f64).type();
+  const Composite one_output(1, program, type, std::nullopt), writes_exp(1, program, type, std::nullopt, {1}),
+      writes_mul(1, program, type, std::nullopt, {2}), writes_exp_again(1, program, type, std::nullopt, {1});
+  EXPECT_FALSE(one_output.equals(writes_exp));
+  EXPECT_FALSE(writes_exp.equals(writes_mul));
+  EXPECT_TRUE(writes_exp.equals(writes_exp_again));
+  EXPECT_EQ(writes_exp.hash(), writes_exp_again.hash());
+  EXPECT_EQ(writes_exp.name(), "composite{exp[out1],mul,add}");
+  EXPECT_EQ(writes_exp.infer_types({type}).size(), 2u);
+  // Output 0 is always the last instruction's; a reduction keeps one output.
+  expect_error<TypeError>([&] { Composite(1, program, type, std::nullopt, {3}); }, {"composite", "output register 3"});
+  expect_error<TypeError>([&] { Composite(1, program, type, FusedReduction{ReduceKind::sum, {0}, false}, {1}); },
+                          {"without a reduction"});
+}

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <functional>
+#include <set>
 #include <sstream>
 
 #include "test_util.hpp"
@@ -112,28 +113,70 @@ TEST(Optimizers, SinglePrecisionParametersStaySinglePrecisionAndConverge) {
   expect_values(w.get_value(), {3, 3}, 1e-2);
 }
 
-TEST(Optimizers, EveryUpdatedValueIsOneFusedLoop) {
-  // Adam's three new values per parameter (both moments and the parameter) are each one fused
-  // loop over the parameter's elements: the graph's roots are composites, but for the cost and the
-  // step count.
+// The first lines of the trees of a step's graph: one per output (the cost, then every updated
+// value).
+std::vector<std::string> root_lines(const Function& step) {
+  std::istringstream text(step.graph_text());
+  std::vector<std::string> roots;
+  for (std::string line; std::getline(text, line);)
+    if (!line.empty() && line[0] != ' ' && static_cast<unsigned char>(line[0]) < 0x80) roots.push_back(line);  // not inside a tree
+  return roots;
+}
+
+// The distinct composite nodes among those roots ("[id C]" in the lines that start with one).
+std::set<std::string> fused_nodes(const std::vector<std::string>& roots) {
+  std::set<std::string> ids;
+  for (const std::string& line : roots)
+    if (const size_t id = line.find("[id "); line.rfind("composite{", 0) == 0 && id != std::string::npos)
+      ids.insert(line.substr(id, line.find(']', id) - id));
+  return ids;
+}
+
+TEST(Optimizers, EveryParameterStepIsOneFusedLoop) {
+  // Adam's three new values per parameter (both moments and the parameter) come out of one fused
+  // loop over the parameter's elements: the graph's roots are outputs of one composite per
+  // parameter, but for the cost and the step count (fused with the step size, a scalar).
   Shared w = shared(Tensor::zeros({64, 32}), "w"), b = shared(Tensor::zeros({32}), "b");
   Var x = matrix("x");
   Var cost = mean(sqr(tanh(dot(x, w) + b)));
   const Updates updates = adam(cost, {w, b});  const int adam_line = __LINE__;
   Function step = function({x}, {cost}, {.updates = updates});
-  std::istringstream text(step.graph_text());
-  std::string line;
-  int roots = 0, fused = 0;
-  while (std::getline(text, line)) {
-    if (line.empty() || line[0] == ' ' || static_cast<unsigned char>(line[0]) >= 0x80) continue;  // inside a tree
-    ++roots;
-    if (line.rfind("composite{", 0) == 0) ++fused;
-    else EXPECT_TRUE(line.rfind("mean", 0) == 0 || line.rfind("add", 0) == 0) << line;  // the cost, t + 1
-    if (line.rfind("composite{", 0) == 0) EXPECT_NE(line.find("optimizers_test.cpp:" + std::to_string(adam_line)), std::string::npos)
-        << "built at the line that called adam: " << line;
+  const std::vector<std::string> roots = root_lines(step);
+  ASSERT_EQ(roots.size(), 1u + 1u + 3u * 2u);  // the cost, t + 1, and m, v, p for w and for b
+  EXPECT_EQ(roots[0].rfind("mean", 0), 0u) << roots[0];
+  for (size_t r = 2; r < roots.size(); ++r) {
+    EXPECT_EQ(roots[r].rfind("composite{", 0), 0u) << roots[r];
+    EXPECT_NE(roots[r].find("optimizers_test.cpp:" + std::to_string(adam_line)), std::string::npos)
+        << "built at the line that called adam: " << roots[r];
   }
-  EXPECT_EQ(roots, 1 + 1 + 3 * 2);  // the cost, t + 1, and m, v, p for w and for b
-  EXPECT_EQ(fused, 3 * 2) << step.graph_text();
+  EXPECT_EQ(fused_nodes({roots.begin() + 2, roots.end()}).size(), 2u) << step.graph_text();
+}
+
+TEST(Optimizers, EveryRulesParameterStepIsOneFusedLoop) {
+  struct Rule {
+    const char* name;
+    std::function<Updates(const Gradients& gradients, const std::vector<Shared>& params)> updates;
+    size_t states;
+  };
+  const Rule rules[] = {
+      {"sgd", [](const Gradients& g, const std::vector<Shared>& p) { return sgd(g, p); }, 0},
+      {"momentum", [](const Gradients& g, const std::vector<Shared>& p) { return momentum(g, p); }, 1},
+      {"nesterov", [](const Gradients& g, const std::vector<Shared>& p) { return nesterov(g, p); }, 1},
+      {"adagrad", [](const Gradients& g, const std::vector<Shared>& p) { return adagrad(g, p); }, 1},
+      {"rmsprop", [](const Gradients& g, const std::vector<Shared>& p) { return rmsprop(g, p); }, 1},
+  };
+  // The gradients are given: from a cost, a matrix product's gradient takes the rule's scaling
+  // into its gemm (sgd's whole step is then one gemm), which no elementwise loop can join.
+  for (const Rule& rule : rules) {
+    SCOPED_TRACE(rule.name);
+    Shared w = shared(Tensor::zeros({64, 32}), "w"), b = shared(Tensor::zeros({32}), "b");
+    Var gw = matrix("gw"), gb = vector("gb");
+    Function step = function({gw, gb}, {}, {.updates = rule.updates(Gradients({gw, gb}), {w, b})});
+    const std::vector<std::string> roots = root_lines(step);
+    ASSERT_EQ(roots.size(), (rule.states + 1) * 2);
+    for (const std::string& line : roots) EXPECT_EQ(line.rfind("composite{", 0), 0u) << line;
+    EXPECT_EQ(fused_nodes(roots).size(), 2u) << step.graph_text();
+  }
 }
 
 TEST(Optimizers, BadArgumentsAreClearErrors) {

@@ -8,6 +8,7 @@
 #include <iostream>
 #include <limits>
 #include <numeric>
+#include <optional>
 
 #include "graph/node.hpp"
 #include "graph/op.hpp"
@@ -232,6 +233,9 @@ TEST(OracleSweep, ElementwiseOpsEveryDtypeLayoutModeThreadCountAndInstructionSet
         const std::vector<In> ins(vars.begin(), vars.end());
         Function plain_f = function(ins, {z}, {.mode = mode});
         Function fused_f = function(ins, {fused}, {.mode = mode});
+        // Handing z back too makes it a second output of the fused pass (in the modes that fuse).
+        std::optional<Function> two_outputs_f;
+        if (mode.name() != plain_mode().name()) two_outputs_f = function(ins, {fused, z}, {.mode = mode});
         for (int64_t rows : {3, 160}) {
           const int64_t cols = rows == 3 ? 4 : 512;  // 81 920 elements: the kernels use threads
           for (Layout layout : {Layout::contiguous, Layout::transposed, Layout::strided, Layout::row, Layout::column}) {
@@ -273,6 +277,11 @@ TEST(OracleSweep, ElementwiseOpsEveryDtypeLayoutModeThreadCountAndInstructionSet
             combinations += run_everywhere(fused_f, args, [&](const std::vector<Tensor>& o, const std::string& where) {
               expect_close(o[0], doubled, fused_dtype, what + " fused " + where);
             });
+            if (two_outputs_f)
+              combinations += run_everywhere(*two_outputs_f, args, [&](const std::vector<Tensor>& o, const std::string& where) {
+                expect_close(o[0], doubled, fused_dtype, what + " fused, two outputs " + where);
+                expect_close(o[1], want, out, what + " fused, two outputs " + where);
+              });
           }
         }
       }
@@ -871,6 +880,11 @@ TEST(OracleSweep, EveryDifferentiableOpPassesVerifyGradAndVerifyRopInF64) {
       {"max_pool2d padded, partial windows", [](V v) { return max_pool2d(v[0], {.window = {3, 3}, .stride = std::array<int64_t, 2>{2, 2}, .padding = {1, 1}, .ignore_border = false}); }, {images}},
       {"avg_pool2d", [](V v) { return avg_pool2d(v[0]); }, {images}},
       {"avg_pool2d padded, partial windows, padding not counted", [](V v) { return avg_pool2d(v[0], {.window = {3, 2}, .stride = std::array<int64_t, 2>{2, 1}, .padding = {1, 1}, .ignore_border = false, .count_include_pad = false}); }, {images}},
+      // Compiled, one fused node writes both operands of the product: two outputs of one pass.
+      {"fused node with two outputs", [](V v) {
+         Var a = tanh(v[0] * v[1]);
+         return dot(a * v[0] + 1.0, transpose(a));
+       }, {m, m2}},
       {"ifelse then", [](V v) { return ifelse(constant(Tensor::scalar(true)), v[0] * 2.0, v[1]); }, {m, m2}},
       {"ifelse else", [](V v) { return ifelse(sum(v[0]) > 1e9, v[0] * 2.0, v[1] * v[0]); }, {m, m2}},
       // Stabilized ops at 10^3 to 10^4.

@@ -62,6 +62,32 @@ TEST(SteadyCall, ATrainingStepAllocatesNothing) {
     }
 }
 
+TEST(SteadyCall, AnAdamStepAllocatesNothing) {
+  // Each parameter's step is one fused node with three outputs (both moments and the parameter),
+  // written over the shared variables' own buffers; on a parameter large enough for threads and
+  // streaming stores too. A call that fails changes no shared value.
+  const std::vector<Tensor> args{random_tensor({16, 64}, f32, -1, 1, 5),
+                                 Tensor::from(std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2, 3, 4, 5})};
+  for (int threads : {1, 2}) {
+    ThreadsForScope scope(threads);
+    SCOPED_TRACE(std::to_string(threads) + " threads");
+    TrainingStep step({64, 32, 10});
+    Function f = function({step.x, step.y}, {Out(step.loss, {.borrow = true})},
+                          {.updates = adam(step.loss, step.params), .keep_buffers = true});
+    EXPECT_EQ(allocations_per_steady_call(f, args), 0);
+    const Tensor before = step.params[0].get_value();
+    const std::vector<Tensor> bad{args[0], Tensor::from(std::vector<int64_t>(16, 10))};
+    std::vector<Tensor> outputs;
+    EXPECT_THROW(f.call(bad, outputs), ShapeError);
+    expect_values(step.params[0].get_value(), before.to_vector<double>(), 0);
+
+    Shared big = shared(Tensor::full({1 << 21}, 0.5f), "big");
+    Var g = vector("g");
+    Function large = function({g}, {}, {.updates = adam(Gradients(std::vector<Var>{g}), {big}), .keep_buffers = true});
+    EXPECT_EQ(allocations_per_steady_call(large, {Tensor::full({1 << 21}, 1e-3f)}), 0);
+  }
+}
+
 TEST(SteadyCall, AFunctionWithoutKeptBuffersStillAllocatesItsArenaPerCall) {
   TrainingStep step({64, 10});
   Function f = function({step.x, step.y}, {}, {.updates = step.updates});

@@ -66,7 +66,7 @@ inline std::map<std::string, int> op_counts(const Function& f) {
     std::string body = m[2].str().substr(1, m[2].length() - 2);
     body = body.substr(0, body.find('|'));
     std::istringstream ops(body);
-    for (std::string op; std::getline(ops, op, ',');) ++counts[op];
+    for (std::string op; std::getline(ops, op, ',');) ++counts[op.substr(0, op.find('['))];  // "add[out1]": an add
   }
   return counts;
 }

@@ -156,10 +156,12 @@ MemoryPlan plan_buffers(const Program& p, const SlotFacts& facts, const PlanOpti
   // An overwritable shared variable lends its buffer like a borrowed input, to its own new value
   // or to temporaries, never to another value the call hands back.
   std::vector<int> update_into(n_slots, -1);
+  std::vector<bool> overwrites_its_variable(n_slots, false);
   for (size_t i = 0; i < options.overwritable_shared.size() && i < p.shared_slots.size(); ++i)
     if (const int u = options.overwritable_shared[i]; u >= 0) {
       borrowed[p.shared_slots[i].first] = true;
       update_into[p.shared_slots[i].first] = u;
+      overwrites_its_variable[u] = true;
     }
   // A call that fails leaves shared variables as they were: none is written before the last op
   // that may fail on values, or whose output's shape is known only when it runs.
@@ -217,6 +219,7 @@ MemoryPlan plan_buffers(const Program& p, const SlotFacts& facts, const PlanOpti
     }
     auto inplace = ins.node->op->inplace_options();
     const bool forwards = plan.forwarded[k] >= 0;
+    std::vector<int> overwritten_here;  // buffers an output of this instruction took in place: one output each
     for (size_t o = 0; o < ins.outputs.size(); ++o) {
       const int s = ins.outputs[o];
       if (ins.output_is_view[o] || forwards) continue;
@@ -255,6 +258,29 @@ MemoryPlan plan_buffers(const Program& p, const SlotFacts& facts, const PlanOpti
         plan.supplied[s] = true;
         continue;
       }
+      // A borrowed input or an overwritable shared variable that dies here is workspace: overwrite it
+      // (with own_variable_only, only the variable whose new value this is).
+      auto overwrite_lent = [&](bool own_variable_only) {
+        for (auto [out, in] : inplace) {
+          const int src = ins.inputs[in];
+          if (out != static_cast<int>(o) || !borrowed[src] || borrowed_taken[src] || results.count(src) || !replaceable(src))
+            continue;
+          if (own_variable_only && update_into[src] != s) continue;
+          const int shared_slot = update_into[src] >= 0 ? src : -1;
+          const bool may_still_fail = static_cast<int>(k) < last_fallible ||
+                                      (static_cast<int>(k) == last_fallible && !ins.node->op->checks_values_before_writing());
+          if ((shared_slot >= 0 && may_still_fail) || !may_hold(shared_slot)) continue;
+          plan.reuse_input[s] = src;
+          borrowed_taken[src] = true;
+          buffer_of[s] = static_cast<int>(buffers.size());
+          buffers.push_back({0, static_cast<int>(k), static_cast<int>(k), -1, false, true, shared_slot});
+          return true;
+        }
+        return false;
+      };
+      // A shared variable's new value in a buffer of the arena would leave it (a new buffer on every
+      // call) and be copied into the variable: its variable's own buffer, where it may, comes first.
+      if (overwrites_its_variable[s] && overwrite_lent(true)) continue;
       // In place: the input also owns its buffer outright and is not protected.
       int reuse = -1;
       for (auto [out, in] : inplace) {
@@ -263,8 +289,11 @@ MemoryPlan plan_buffers(const Program& p, const SlotFacts& facts, const PlanOpti
         const int b = buffer_of[src];
         if (b < 0 || root[src] != src || external[src] || results.count(src) || !(buffers[b].in_arena || buffers[b].lent))
           continue;
-        if (buffers[b].last != static_cast<int>(k) || !may_hold(buffers[b].shared_slot)) continue;
+        if (buffers[b].last != static_cast<int>(k) || !may_hold(buffers[b].shared_slot) ||
+            std::ranges::count(overwritten_here, b))
+          continue;
         reuse = b;
+        overwritten_here.push_back(b);
         // Outside the arena (lent, or leaving the call) the output is written into the tensor its
         // source holds.
         plan.reuse_input[s] = src;
@@ -274,23 +303,7 @@ MemoryPlan plan_buffers(const Program& p, const SlotFacts& facts, const PlanOpti
         buffer_of[s] = reuse;
         continue;
       }
-      // A borrowed input or an overwritable shared variable that dies here is workspace: overwrite it.
-      bool gifted = false;
-      for (auto [out, in] : inplace) {
-        const int src = ins.inputs[in];
-        if (out != static_cast<int>(o) || !borrowed[src] || borrowed_taken[src] || results.count(src) || !replaceable(src))
-          continue;
-        const int shared_slot = update_into[src] >= 0 ? src : -1;
-        const bool may_still_fail = static_cast<int>(k) < last_fallible ||
-                                    (static_cast<int>(k) == last_fallible && !ins.node->op->checks_values_before_writing());
-        if ((shared_slot >= 0 && may_still_fail) || !may_hold(shared_slot)) continue;
-        plan.reuse_input[s] = src;
-        borrowed_taken[src] = gifted = true;
-        buffer_of[s] = static_cast<int>(buffers.size());
-        buffers.push_back({0, static_cast<int>(k), static_cast<int>(k), -1, false, true, shared_slot});
-        break;
-      }
-      if (gifted) continue;
+      if (overwrite_lent(false)) continue;
       buffer_of[s] = static_cast<int>(buffers.size());
       buffers.push_back({bytes, static_cast<int>(k), static_cast<int>(k), -1, true});
     }

@@ -216,16 +216,40 @@ bool Composite::fusable_axes(const std::vector<int64_t>& axes, int64_t ndim) {
   return leading || trailing;
 }
 
+Composite::Composite(int n_inputs, std::vector<ScalarInstruction> program, Type result,
+                     std::optional<FusedReduction> reduction, std::vector<int> extra_outputs)
+    : n_inputs_(n_inputs),
+      program_(std::move(program)),
+      result_(std::move(result)),
+      reduction_(std::move(reduction)),
+      extra_outputs_(std::move(extra_outputs)) {
+  const int last = n_inputs_ + static_cast<int>(program_.size()) - 1;
+  for (size_t o = 0; o < extra_outputs_.size(); ++o) {
+    const int r = extra_outputs_[o];
+    const bool repeated = std::find(extra_outputs_.begin(), extra_outputs_.begin() + static_cast<int64_t>(o), r) !=
+                          extra_outputs_.begin() + static_cast<int64_t>(o);
+    if (reduction_ || r < n_inputs_ || r >= last || repeated)
+      throw TypeError("composite: output register " + std::to_string(r) + " must be another instruction's than the last (" +
+                       std::to_string(last) + "), once, and without a reduction");
+  }
+}
+
 void Composite::params(OpParams& out) const {
   out << n_inputs_ << result_ << program_.size();
   for (const ScalarInstruction& ins : program_) out << ins.op << ins.dtype << ins.args;
+  out << extra_outputs_;
   out << reduction_.has_value();
   if (reduction_) out << reduction_->kind << reduction_->axes << reduction_->keepdims;
 }
 
+// Each extra output is marked at the instruction that computes it: "add[out1]".
 std::string Composite::name() const {
   std::string s = "composite{";
-  for (size_t i = 0; i < program_.size(); ++i) s += (i ? "," : "") + std::string(scalar_op_name(program_[i].op));
+  for (size_t i = 0; i < program_.size(); ++i) {
+    s += (i ? "," : "") + std::string(scalar_op_name(program_[i].op));
+    const auto extra = std::find(extra_outputs_.begin(), extra_outputs_.end(), n_inputs_ + static_cast<int>(i));
+    if (extra != extra_outputs_.end()) s += "[out" + std::to_string(extra - extra_outputs_.begin() + 1) + "]";
+  }
   if (reduction_) s += reduction_->kind == ReduceKind::mean ? "|mean" : "|sum";
   return s + "}";
 }
@@ -233,13 +257,15 @@ std::string Composite::name() const {
 std::vector<Type> Composite::infer_types(const std::vector<Type>& in) const {
   if (static_cast<int>(in.size()) != n_inputs_)
     throw TypeError(name() + ": takes " + std::to_string(n_inputs_) + " inputs, got " + std::to_string(in.size()));
-  return {result_};
+  std::vector<Type> types{result_};
+  for (int r : extra_outputs_) types.push_back({program_[static_cast<size_t>(r - n_inputs_)].dtype, result_.broadcastable});
+  return types;
 }
 
 std::vector<Shape> Composite::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
   Shape full;
   broadcast_into(full, in, [](const Shape& s) -> const Shape& { return s; }, *this);
-  if (!reduction_) return {full};
+  if (!reduction_) return std::vector<Shape>(1 + extra_outputs_.size(), full);
   Shape out;
   for (int64_t d = 0; d < static_cast<int64_t>(full.size()); ++d) {
     const bool reduced = std::find(reduction_->axes.begin(), reduction_->axes.end(), d) != reduction_->axes.end();
@@ -266,7 +292,7 @@ class CompositeKernel final : public KernelOf<Composite> {
     std::vector<DType> input_dtypes(reg_dtype_.begin(), reg_dtype_.begin() + static_cast<int64_t>(node.inputs.size()));
     for (const Var& in : node.inputs)
       scalar_input_.push_back(std::ranges::all_of(in.type().broadcastable, [](bool b) { return b; }));
-    compiled_ = CompiledProgram::compile(this->op().program(), input_dtypes, scalar_input_, active_isa());
+    compiled_ = CompiledProgram::compile(this->op().program(), input_dtypes, scalar_input_, active_isa(), this->op().extra_outputs());
     for (const ScalarInstruction& ins : this->op().program()) {
       std::vector<DType> arg_dtypes;
       for (int a : ins.args) arg_dtypes.push_back(reg_dtype_[static_cast<size_t>(a)]);
@@ -295,12 +321,14 @@ class CompositeKernel final : public KernelOf<Composite> {
  private:
   // Each input has a block of its own (filled when it is broadcast); each computed register takes
   // a block that no later instruction reads, never one of its own operands (the loops then never
-  // see a destination that overlaps a source). The block length keeps all blocks within kL1Bytes.
+  // see a destination that overlaps a source), and an extra output's block is kept until the
+  // block's program ran. The block length keeps all blocks within kL1Bytes.
   void assign_blocks(int n_inputs) {
     const auto& program = op().program();
     std::vector<int> last_read(reg_dtype_.size(), -1);
     for (size_t k = 0; k < program.size(); ++k)
       for (int a : program[k].args) last_read[static_cast<size_t>(a)] = static_cast<int>(k);
+    for (int r : op().extra_outputs()) last_read[static_cast<size_t>(r)] = static_cast<int>(program.size());
     block_of_reg_.assign(reg_dtype_.size(), -1);
     for (int i = 0; i < n_inputs; ++i) block_of_reg_[static_cast<size_t>(i)] = i;
     n_blocks_ = n_inputs;
@@ -384,13 +412,14 @@ void CompositeKernel::run(InputValues in, OutputValues out, std::span<std::byte>
       for (int64_t d = 0; d < t.ndim(); ++d) strides[d + nd - t.ndim()] = t.shape()[d] == 1 ? 0 : t.strides()[d];
     plans.push_back({feed, t.raw_data(), strides});
   }
+  const std::vector<int>& extra_outputs = composite.extra_outputs();
   const bool reducing = reduction.has_value();
-  const bool streaming = !reducing && streams(static_cast<int64_t>(o.nbytes()), o.numel()) &&
-                         reinterpret_cast<uintptr_t>(o.raw_data()) % 64 == 0;
+  bool streaming = !reducing && streams(static_cast<int64_t>(o.nbytes()), o.numel());
+  for (const Tensor& t : out) streaming = streaming && reinterpret_cast<uintptr_t>(t.raw_data()) % 64 == 0;
   const CompiledProgram* compiled = compiled_ && compiled_->isa() == active_isa() ? compiled_.get() : nullptr;
   bool whole_ranges = compiled && !reducing;
   for (int i = 0; i < n_inputs; ++i) whole_ranges = whole_ranges && (plans[i].feed == Feed::direct || scalar_input_[i]);
-  if (whole_ranges) return run_in_place(*compiled, in, scalar_input_, o);
+  if (whole_ranges) return run_in_place(*compiled, in, scalar_input_, out);
 
   // Per instruction, its operands, laid out once per run (a block only moves the operands that
   // read inputs in place and the destination that is the output itself), and its loop.
@@ -437,9 +466,11 @@ void CompositeKernel::run(InputValues in, OutputValues out, std::span<std::byte>
     SmallVector<void*, 32> dsts;
     for (size_t k = 0; k < program.size(); ++k) dsts.push_back(block_ptr(static_cast<size_t>(n_inputs) + k));
     SmallVector<const void*, 16> compiled_inputs(static_cast<size_t>(n_inputs), nullptr);
+    SmallVector<void*, 16> compiled_outputs(out.size(), nullptr);
     // Elements [start, start + n) of everything, n at most one block: the inputs fed, the program
     // run (compiled, or instruction by instruction over blocks), the result in place (or staged in
-    // its block, which reg then names).
+    // its block, which reg then names); the interpreter copies extra outputs out of their blocks
+    // once the program ran.
     auto run_range = [&](int64_t start, int64_t n) {
       for (int i = 0; i < n_inputs; ++i) {
         const size_t es = dtype_size(reg_dtype_[i]);
@@ -454,7 +485,10 @@ void CompositeKernel::run(InputValues in, OutputValues out, std::span<std::byte>
                                        : o.raw_data() + start * static_cast<int64_t>(result_es);
       if (compiled) {
         for (int i = 0; i < n_inputs; ++i) compiled_inputs[i] = scalar_input_[i] ? plans[i].base : reg[i];
-        compiled->run(n, result, compiled_inputs.data(), streaming);
+        compiled_outputs[0] = result;
+        for (size_t e = 0; e < extra_outputs.size(); ++e)
+          compiled_outputs[e + 1] = out[e + 1].raw_data() + start * static_cast<int64_t>(dtype_size(out[e + 1].dtype()));
+        compiled->run(n, compiled_outputs.data(), compiled_inputs.data(), streaming);
       } else {
         dsts.back() = result;
         for (size_t k = 0; k < program.size(); ++k) {
@@ -462,6 +496,13 @@ void CompositeKernel::run(InputValues in, OutputValues out, std::span<std::byte>
           for (uint32_t j = 0; j < count; ++j) args[first + j].data = reg[program[k].args[j]];
           loops[k](n, dsts[k], args.data() + first, count);
           reg[static_cast<size_t>(n_inputs) + k] = dsts[k];
+        }
+        for (size_t e = 0; e < extra_outputs.size(); ++e) {
+          const size_t es = dtype_size(out[e + 1].dtype());
+          std::byte* dst = out[e + 1].raw_data() + start * static_cast<int64_t>(es);
+          const auto* src = static_cast<const std::byte*>(reg[static_cast<size_t>(extra_outputs[e])]);
+          if (streaming) stream_copy(dst, src, static_cast<size_t>(n) * es);
+          else std::memcpy(dst, src, static_cast<size_t>(n) * es);
         }
       }
       reg[result_reg] = result;
@@ -559,6 +600,7 @@ std::vector<int> Composite::shape_only_inputs() const {
 std::vector<std::pair<int, int>> Composite::inplace_options() const {
   // The last instruction writes the result's block directly; an n-ary one (a * b * c) writes its
   // first pair before it reads the third operand onwards, which therefore may not be overwritten.
+  // Extra outputs are copied out of their blocks once the block's whole program ran.
   const ScalarInstruction& last = program_.back();
   std::vector<bool> read_late(static_cast<size_t>(n_inputs_), false);
   if (last.op != ScalarOp::where)
@@ -567,6 +609,8 @@ std::vector<std::pair<int, int>> Composite::inplace_options() const {
   std::vector<std::pair<int, int>> options;
   for (int i = 0; i < n_inputs_; ++i)
     if (!read_late[static_cast<size_t>(i)]) options.push_back({0, i});
+  for (size_t o = 1; o <= extra_outputs_.size(); ++o)
+    for (int i = 0; i < n_inputs_; ++i) options.push_back({static_cast<int>(o), i});
   return options;
 }
 

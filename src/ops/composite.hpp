@@ -27,20 +27,27 @@ struct FusedReduction {
 // A connected group of elementwise ops fused into one pass over memory: the program runs block
 // by block (cache-sized), temporaries never reach main memory, and an optional reduction
 // accumulates the result instead of writing it.
+//
+// Output 0 is the last instruction's register. Without a reduction, extra_outputs name further
+// instruction registers that are written too (output 1, 2, ...), each in its instruction's dtype
+// and the result's broadcast pattern: values needed outside the group (an optimizer's new state
+// beside its new parameter) come out of the same pass instead of a pass of their own.
 class Composite final : public Op {
  public:
-  Composite(int n_inputs, std::vector<ScalarInstruction> program, Type result, std::optional<FusedReduction> reduction)
-      : n_inputs_(n_inputs), program_(std::move(program)), result_(std::move(result)), reduction_(std::move(reduction)) {}
+  Composite(int n_inputs, std::vector<ScalarInstruction> program, Type result, std::optional<FusedReduction> reduction,
+            std::vector<int> extra_outputs = {});
   const std::vector<ScalarInstruction>& program() const { return program_; }
   const std::optional<FusedReduction>& reduction() const { return reduction_; }
-  void params(OpParams& out) const override;  // the whole program: ops, wiring, dtypes, reduction
+  // The registers of outputs 1, 2, ...
+  const std::vector<int>& extra_outputs() const { return extra_outputs_; }
+  void params(OpParams& out) const override;  // the whole program: ops, wiring, dtypes, outputs, reduction
   std::string name() const override;
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>&) const override;
-  // The result may overwrite an input of its shape and dtype: a block of the inputs is read before
-  // that block of the result is written (except an n-ary last instruction's later operands), and
-  // a reduction writes only at the end.
+  // Each output may overwrite an input of its shape and dtype: a block of the inputs is read before
+  // that block of the result is written (except an n-ary last instruction's later operands), extra
+  // outputs are written after the whole block's program ran, and a reduction writes only at the end.
   std::vector<std::pair<int, int>> inplace_options() const override;
   // Inputs the program reads only as fill's shape operand.
   std::vector<int> shape_only_inputs() const override;
@@ -54,6 +61,7 @@ class Composite final : public Op {
   std::vector<ScalarInstruction> program_;
   Type result_;
   std::optional<FusedReduction> reduction_;
+  std::vector<int> extra_outputs_;
 };
 
 void add_composite_kernels(KernelTable& table);

@@ -26,17 +26,20 @@ struct Unsupported {};
 constexpr uint8_t kLess = 0x11, kGreater = 0x1E, kUnordered = 0x03;
 
 // Emits the loop of one program for one instruction set and unroll factor. The function made is
-// void(int64_t n, void* out, const void* const* inputs, int nontemporal) in the System V ABI.
+// void(int64_t n, void* const* outs, const void* const* inputs, int nontemporal) in the System V
+// ABI.
 class ProgramEmitter : public Xbyak::CodeGenerator {
  public:
   ProgramEmitter(const std::vector<ScalarInstruction>& program, std::span<const DType> input_dtypes,
-                 const std::vector<bool>& scalar_input, Isa isa, int unroll)
+                 const std::vector<bool>& scalar_input, std::span<const int> extra_outputs, Isa isa, int unroll)
       : Xbyak::CodeGenerator(4096, Xbyak::AutoGrow),
         program_(program),
         n_inputs_(static_cast<int>(input_dtypes.size())),
         scalar_input_(scalar_input),
         isa_(isa),
         unroll_(unroll) {
+    output_regs_.push_back(n_inputs_ + static_cast<int>(program.size()) - 1);
+    output_regs_.insert(output_regs_.end(), extra_outputs.begin(), extra_outputs.end());
     const DType dtype = input_dtypes.empty() ? program.back().dtype : input_dtypes[0];
     if (dtype != DType::f32 && dtype != DType::f64) throw Unsupported{};
     for (DType d : input_dtypes)
@@ -51,7 +54,8 @@ class ProgramEmitter : public Xbyak::CodeGenerator {
     last_read_.assign(static_cast<size_t>(n_inputs_) + program.size(), -1);
     for (size_t k = 0; k < program.size(); ++k)
       for (int a : program[k].args) last_read_[static_cast<size_t>(a)] = static_cast<int>(k);
-    last_read_.back() = static_cast<int>(program.size());  // the result: stored after the last instruction
+    // The outputs: stored after the last instruction.
+    for (int r : output_regs_) last_read_[static_cast<size_t>(r)] = static_cast<int>(program.size());
     emit_function();
     ready(Xbyak::CodeArray::PROTECT_RE);
   }
@@ -287,7 +291,7 @@ class ProgramEmitter : public Xbyak::CodeGenerator {
 
   // One pass of the loop body: `copies` copies of the program over consecutive vectors,
   // instruction by instruction (the copies are independent, so their latencies overlap), then the
-  // stores.
+  // stores of every output (after every load, so an output may overwrite an input).
   void emit_body(int copies, Access access) {
     const size_t n_regs = static_cast<size_t>(n_inputs_) + program_.size();
     std::vector<std::vector<int>> value(static_cast<size_t>(copies), std::vector<int>(n_regs, -1));
@@ -321,18 +325,20 @@ class ProgramEmitter : public Xbyak::CodeGenerator {
         }
       }
     }
-    for (int u = 0; u < copies; ++u) {
-      const int r = value[static_cast<size_t>(u)].back();
-      store_result(ptr[rsi + rdx + u * vector_bytes_], vreg(r), access);
-      free_[static_cast<size_t>(r)] = true;
-    }
+    for (int u = 0; u < copies; ++u)
+      for (size_t o = 0; o < output_regs_.size(); ++o) {
+        const int r = value[static_cast<size_t>(u)][static_cast<size_t>(output_regs_[o])];
+        store_result(ptr[output_ptr_[o] + rdx + u * vector_bytes_], vreg(r), access);
+        free_[static_cast<size_t>(r)] = true;
+      }
   }
 
   // The loop over whole steps of unroll_ vectors (a copy with plain and one with streaming
   // stores), then the tail a vector at a time under a mask of min(lanes, what is left) lanes.
   void emit_function() {
-    // Pointers of the inputs read in place, in registers the body leaves alone (rdi: end, rsi: out,
-    // rdx: offset, rcx and r11: the loop's own arithmetic); the callee-saved ones are saved.
+    // Pointers of the inputs read in place and of the outputs after the first, in registers the
+    // body leaves alone (rdi: end, rsi: output 0, rdx: offset, rcx and r11: the loop's own
+    // arithmetic); the callee-saved ones are saved.
     const Xbyak::Reg64 candidates[] = {r8, r9, r10, rax, rbx, rbp, r12, r13, r14, r15};
     const Xbyak::Reg64 callee_saved[] = {rbx, rbp, r12, r13, r14, r15};
     input_ptr_.assign(static_cast<size_t>(n_inputs_), Xbyak::Reg64());
@@ -343,6 +349,11 @@ class ProgramEmitter : public Xbyak::CodeGenerator {
         if (used == std::size(candidates)) throw Unsupported{};
         input_ptr_[static_cast<size_t>(i)] = candidates[used++];
       }
+    output_ptr_.assign(1, rsi);
+    for (size_t o = 1; o < output_regs_.size(); ++o) {
+      if (used == std::size(candidates)) throw Unsupported{};
+      output_ptr_.push_back(candidates[used++]);
+    }
     std::vector<Xbyak::Reg64> saved;
     for (const Xbyak::Reg64& r : callee_saved)
       for (size_t c = 0; c < used; ++c)
@@ -366,6 +377,7 @@ class ProgramEmitter : public Xbyak::CodeGenerator {
         mov(input_ptr_[s], ptr[rdx + 8 * i]);
       }
     }
+    for (size_t o = output_ptr_.size(); o-- > 0;) mov(output_ptr_[o], ptr[rsi + 8 * static_cast<int>(o)]);  // rsi, the array, last
     const int shift = f64_ ? 3 : 2;
     const int step_bytes = vector_bytes_ * unroll_;
     // rdi: the end (bytes), rcx: the end of the whole steps.
@@ -436,7 +448,8 @@ class ProgramEmitter : public Xbyak::CodeGenerator {
   int element_bytes_ = 4, vector_bytes_ = 32, n_vregs_ = 16;
   std::vector<bool> free_;
   std::vector<int> last_read_;
-  std::vector<Xbyak::Reg64> input_ptr_;
+  std::vector<int> output_regs_;  // output o is register output_regs_[o]
+  std::vector<Xbyak::Reg64> input_ptr_, output_ptr_;
   std::vector<int> scalar_reg_;
   int tail_mask_ = -1;
   Xbyak::Label pool_label_;
@@ -448,16 +461,16 @@ class JitProgram final : public CompiledProgram {
  public:
   JitProgram(std::unique_ptr<ProgramEmitter> code, Isa isa)
       : code_(std::move(code)),
-        entry_(code_->getCode<void (*)(int64_t, void*, const void* const*, int)>()),
+        entry_(code_->getCode<void (*)(int64_t, void* const*, const void* const*, int)>()),
         isa_(isa) {}
-  void run(int64_t n, void* out, const void* const* inputs, bool nontemporal) const override {
-    entry_(n, out, inputs, nontemporal ? 1 : 0);
+  void run(int64_t n, void* const* outs, const void* const* inputs, bool nontemporal) const override {
+    entry_(n, outs, inputs, nontemporal ? 1 : 0);
   }
   Isa isa() const override { return isa_; }
 
  private:
   std::unique_ptr<ProgramEmitter> code_;
-  void (*entry_)(int64_t, void*, const void* const*, int);
+  void (*entry_)(int64_t, void* const*, const void* const*, int);
   Isa isa_;
 };
 
@@ -467,11 +480,11 @@ namespace {
 
 std::shared_ptr<const CompiledProgram> generate(const std::vector<ScalarInstruction>& program,
                                                 std::span<const DType> input_dtypes, const std::vector<bool>& scalar_input,
-                                                Isa isa) {
+                                                std::span<const int> extra_outputs, Isa isa) {
   // The widest unroll whose registers fit: four independent copies hide the latency of a chain.
   for (int unroll : {4, 2, 1}) {
     try {
-      auto code = std::make_unique<ProgramEmitter>(program, input_dtypes, scalar_input, isa, unroll);
+      auto code = std::make_unique<ProgramEmitter>(program, input_dtypes, scalar_input, extra_outputs, isa, unroll);
       return std::make_shared<JitProgram>(std::move(code), isa);
     } catch (const OutOfRegisters&) {
       continue;
@@ -485,10 +498,12 @@ std::shared_ptr<const CompiledProgram> generate(const std::vector<ScalarInstruct
 }
 
 // What decides the machine code: the program, the inputs' dtypes and which are single values, the
-// instruction set.
+// outputs, the instruction set.
 std::vector<int64_t> program_key(const std::vector<ScalarInstruction>& program, std::span<const DType> input_dtypes,
-                                 const std::vector<bool>& scalar_input, Isa isa) {
-  std::vector<int64_t> key{static_cast<int64_t>(isa), static_cast<int64_t>(input_dtypes.size())};
+                                 const std::vector<bool>& scalar_input, std::span<const int> extra_outputs, Isa isa) {
+  std::vector<int64_t> key{static_cast<int64_t>(isa), static_cast<int64_t>(input_dtypes.size()),
+                           static_cast<int64_t>(extra_outputs.size())};
+  key.insert(key.end(), extra_outputs.begin(), extra_outputs.end());
   for (size_t i = 0; i < input_dtypes.size(); ++i) key.push_back(static_cast<int64_t>(input_dtypes[i]) * 2 + scalar_input[i]);
   for (const ScalarInstruction& ins : program) {
     key.push_back(static_cast<int64_t>(ins.op));
@@ -513,16 +528,17 @@ constexpr size_t kMostPrograms = 4096;
 
 }  // namespace
 
-void run_in_place(const CompiledProgram& code, InputValues inputs, const std::vector<bool>& single, Tensor& out) {
-  const int64_t total = out.numel();
-  const size_t out_es = dtype_size(out.dtype());
-  std::byte* o = out.raw_data();
-  const bool streaming = streams(static_cast<int64_t>(out.nbytes()), total) && reinterpret_cast<uintptr_t>(o) % 64 == 0;
+void run_in_place(const CompiledProgram& code, InputValues inputs, const std::vector<bool>& single, OutputValues outs) {
+  const int64_t total = outs[0].numel();
+  bool streaming = streams(static_cast<int64_t>(outs[0].nbytes()), total);
+  for (const Tensor& out : outs) streaming = streaming && reinterpret_cast<uintptr_t>(out.raw_data()) % 64 == 0;
   auto run_range = [&](int64_t start, int64_t end) {
     SmallVector<const void*, 16> pointers;
     for (size_t i = 0; i < inputs.size(); ++i)
       pointers.push_back(inputs[i].raw_data() + (single[i] ? 0 : start * static_cast<int64_t>(dtype_size(inputs[i].dtype()))));
-    code.run(end - start, o + start * static_cast<int64_t>(out_es), pointers.data(), streaming);
+    SmallVector<void*, 16> out_pointers;
+    for (Tensor& out : outs) out_pointers.push_back(out.raw_data() + start * static_cast<int64_t>(dtype_size(out.dtype())));
+    code.run(end - start, out_pointers.data(), pointers.data(), streaming);
     if (streaming) _mm_sfence();
   };
   if (total < kParallelElements) return run_range(0, total);
@@ -537,16 +553,17 @@ void run_in_place(const CompiledProgram& code, InputValues inputs, const std::ve
 
 std::shared_ptr<const CompiledProgram> CompiledProgram::compile(const std::vector<ScalarInstruction>& program,
                                                                 std::span<const DType> input_dtypes,
-                                                                const std::vector<bool>& scalar_input, Isa isa) {
+                                                                const std::vector<bool>& scalar_input, Isa isa,
+                                                                std::span<const int> extra_outputs) {
   if (isa == Isa::baseline || program.empty()) return nullptr;
   static std::mutex mutex;
   static std::unordered_map<std::vector<int64_t>, std::shared_ptr<const CompiledProgram>, KeyHash> made;
-  std::vector<int64_t> key = program_key(program, input_dtypes, scalar_input, isa);
+  std::vector<int64_t> key = program_key(program, input_dtypes, scalar_input, extra_outputs, isa);
   {
     std::lock_guard lock(mutex);
     if (auto it = made.find(key); it != made.end()) return it->second;
   }
-  std::shared_ptr<const CompiledProgram> code = generate(program, input_dtypes, scalar_input, isa);
+  std::shared_ptr<const CompiledProgram> code = generate(program, input_dtypes, scalar_input, extra_outputs, isa);
   std::lock_guard lock(mutex);
   if (made.size() < kMostPrograms) made.emplace(std::move(key), code);
   return code;

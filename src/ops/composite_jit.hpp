@@ -24,19 +24,23 @@ struct ScalarInstruction;
 class CompiledProgram {
  public:
   // The machine code of `program` over inputs of `input_dtypes`, where scalar_input[i] says that
-  // input i is one value standing for all (a pointer to it is passed); null when the program
-  // uses a dtype, an op or an instruction set this compiler does not handle, or needs more
-  // registers than the set has (the interpreter then runs it). Each distinct program is generated
-  // once per process and shared (a deep network repeats its fused programs layer after layer).
+  // input i is one value standing for all (a pointer to it is passed), writing the last
+  // instruction's register and then each of extra_outputs; null when the program uses a dtype, an
+  // op or an instruction set this compiler does not handle, or needs more registers than the set
+  // has (the interpreter then runs it). Each distinct program is generated once per process and
+  // shared (a deep network repeats its fused programs layer after layer).
   static std::shared_ptr<const CompiledProgram> compile(const std::vector<ScalarInstruction>& program,
                                                         std::span<const DType> input_dtypes,
-                                                        const std::vector<bool>& scalar_input, Isa isa);
+                                                        const std::vector<bool>& scalar_input, Isa isa,
+                                                        std::span<const int> extra_outputs = {});
   virtual ~CompiledProgram() = default;
 
-  // out[j] = the program at element j, for j < n. inputs[i] points at element 0 of input i (or at
-  // its one value). With nontemporal, out must be aligned to 64 bytes: whole vectors are then
-  // written with streaming stores (the caller fences).
-  virtual void run(int64_t n, void* out, const void* const* inputs, bool nontemporal) const = 0;
+  // outs[o][j] = output o of the program at element j, for j < n. inputs[i] points at element 0
+  // of input i (or at its one value). Every output of a run of vectors is stored after all inputs
+  // of those vectors were loaded, so an output may be an input's own buffer. With nontemporal,
+  // every output must be aligned to 64 bytes: whole vectors are then written with streaming
+  // stores (the caller fences).
+  virtual void run(int64_t n, void* const* outs, const void* const* inputs, bool nontemporal) const = 0;
   virtual Isa isa() const = 0;
 };
 
@@ -52,9 +56,9 @@ inline bool streams(int64_t out_bytes, int64_t elements) {
   return out_bytes >= kStreamingBytesPerThread * threads;
 }
 
-// Runs code over every element of out, each input read in place: contiguous in out's shape, or,
-// where single[i], one value. Threads take ranges aligned for the streaming stores of an output
-// larger than the caches.
-void run_in_place(const CompiledProgram& code, InputValues inputs, const std::vector<bool>& single, Tensor& out);
+// Runs code over every element of the outputs (all of one shape), each input read in place:
+// contiguous in that shape, or, where single[i], one value. Threads take ranges aligned for the
+// streaming stores of outputs larger than the caches.
+void run_in_place(const CompiledProgram& code, InputValues inputs, const std::vector<bool>& single, OutputValues outs);
 
 }  // namespace kiln

@@ -315,7 +315,7 @@ class ElemwiseKernel final : public KernelOf<Elemwise> {
   void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
     const ScalarOp op = this->op().scalar_op();
     Tensor& o = out[0];
-    if (compiled_ && compiled_->isa() == active_isa() && reads_in_place(in, o)) return run_in_place(*compiled_, in, single_, o);
+    if (compiled_ && compiled_->isa() == active_isa() && reads_in_place(in, o)) return run_in_place(*compiled_, in, single_, out);
     if (op == ScalarOp::cast || op == ScalarOp::fill) return copy_broadcast(o, in[op == ScalarOp::fill ? 1 : 0]);
     if (op == ScalarOp::where)
       return dispatch_dtype(in[1].dtype(), [&](auto tag) { map_where<decltype(tag)>(o, in[0], in[1], in[2]); });

@@ -1,5 +1,6 @@
 // fusion: every maximal connected group of elementwise ops becomes one Composite that makes a
-// single pass over memory; a sum or mean fed by such a group accumulates inside it.
+// single pass over memory, writing each of its values that is read outside the group; a sum or
+// mean fed by such a group accumulates inside it.
 #include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
@@ -15,6 +16,15 @@ namespace kiln {
 namespace {
 
 bool is_elemwise(const Node* n) { return n && dynamic_cast<const Elemwise*>(n->op.get()); }
+
+// Whether n is a sum or mean that fuse_reduction accumulates inside the pass of its operand's group.
+bool reduces_in_the_pass(const FunctionGraph& graph, const Node& n) {
+  const auto* r = dynamic_cast<const Reduce*>(n.op.get());
+  if (!r) return false;
+  const Var& in = n.inputs[0];
+  return (r->kind() == ReduceKind::sum || r->kind() == ReduceKind::mean) && is_float(in.dtype()) &&
+         Composite::fusable_axes(r->axes(), in.ndim()) && pattern::live_clients(graph, in) == 1;
+}
 
 // Readers of v that the outputs still depend on.
 std::vector<Node*> live_readers(const FunctionGraph& graph, const Variable* v, bool& read_by_output) {
@@ -34,28 +44,52 @@ std::vector<Node*> live_readers(const FunctionGraph& graph, const Variable* v, b
   return readers;
 }
 
-// Grows the group of root backwards: a producer joins when it is elementwise, computes in the
-// root's shape (same broadcast pattern, so no value is recomputed per broadcast element) and every
-// live reader of its result is already in the group.
-std::vector<Node*> grow_group(const FunctionGraph& graph, Node* root, const std::unordered_set<Node*>& taken) {
-  std::vector<Node*> group{root};
+// A group of elementwise nodes and those of its members (besides the root) whose results are
+// also read outside it: the fused op writes them as extra outputs.
+struct Group {
+  Node* root;
+  std::vector<Node*> members;
+  std::vector<Node*> read_outside;
+};
+
+// Grows the group of root backwards: a producer joins when it is elementwise and computes in the
+// root's shape (same broadcast pattern, so no value is recomputed per broadcast element). Its
+// result may also be read outside the group (by the graph's outputs, or by nodes after the root in
+// the topological order `position`), and is then written as an extra output: every edge out of a
+// group then leads to a later position than its root, and every edge into it from an earlier one,
+// so the fused graph keeps that order and no group can come to depend on itself, through others
+// or not. A fused reduction keeps one output: a root whose sum will accumulate in its pass takes
+// only producers read inside the group.
+Group grow_group(const FunctionGraph& graph, Node* root, const std::unordered_set<Node*>& taken,
+                 const std::unordered_map<const Node*, size_t>& position) {
+  Group group{root, {root}, {}};
   std::unordered_set<Node*> members{root};
   const Type& shape_type = root->outputs[0]->type;
+  const size_t root_position = position.at(root);
+  bool extra_outputs = true;
+  for (auto [reader, i] : graph.clients(root->outputs[0].get()))
+    extra_outputs = extra_outputs && !(reader && reduces_in_the_pass(graph, *reader));
   bool grew = true;
   while (grew) {
     grew = false;
-    for (size_t m = 0; m < group.size(); ++m)
-      for (const Var& in : group[m]->inputs) {
+    for (size_t m = 0; m < group.members.size(); ++m)
+      for (const Var& in : group.members[m]->inputs) {
         Node* p = in.get()->owner;
         if (!is_elemwise(p) || members.count(p) || taken.count(p)) continue;
         if (p->outputs[0]->type.broadcastable != shape_type.broadcastable) continue;
         bool read_by_output = false;
-        auto readers = live_readers(graph, in.get(), read_by_output);
-        if (read_by_output) continue;
-        bool inside = std::all_of(readers.begin(), readers.end(), [&](Node* r) { return members.count(r) > 0; });
-        if (!inside) continue;
-        group.push_back(p);
+        const auto readers = live_readers(graph, in.get(), read_by_output);
+        bool read_outside = read_by_output, may_cycle = false;
+        for (Node* r : readers) {
+          if (members.count(r)) continue;
+          read_outside = true;
+          const auto at = position.find(r);  // absent: a reader the outputs do not need, kept out as before
+          may_cycle = may_cycle || at == position.end() || at->second < root_position;
+        }
+        if (may_cycle || (read_outside && !extra_outputs)) continue;
+        group.members.push_back(p);
         members.insert(p);
+        if (read_outside) group.read_outside.push_back(p);
         grew = true;
       }
   }
@@ -67,9 +101,17 @@ ScalarInstruction instruction_of(const Node& n, const std::vector<int>& args) {
   return {e.scalar_op(), n.outputs[0]->type.dtype, args};
 }
 
-// Builds the program of a group (topological order, root last) over its external inputs.
-std::pair<std::vector<Var>, std::vector<ScalarInstruction>> program_of(const std::vector<Node*>& group, Node* root) {
-  std::unordered_set<const Node*> members(group.begin(), group.end());
+// The program of a group (topological order, root last) over its external inputs, and the
+// registers of the members read outside it.
+struct GroupProgram {
+  std::vector<Var> inputs;
+  std::vector<ScalarInstruction> program;
+  std::vector<int> extra_outputs;
+};
+
+GroupProgram program_of(const Group& group) {
+  Node* root = group.root;
+  std::unordered_set<const Node*> members(group.members.begin(), group.members.end());
   std::vector<Node*> order;
   std::unordered_set<const Node*> placed;
   std::vector<std::pair<Node*, bool>> stack{{root, false}};
@@ -101,24 +143,32 @@ std::pair<std::vector<Var>, std::vector<ScalarInstruction>> program_of(const std
     reg[n->outputs[0].get()] = static_cast<int>(inputs.size() + program.size());
     program.push_back(instruction_of(*n, args));
   }
-  return {inputs, program};
+  std::vector<int> extra_outputs;
+  for (Node* n : group.read_outside) extra_outputs.push_back(reg.at(n->outputs[0].get()));
+  return {inputs, program, extra_outputs};
 }
 
 int64_t fuse_elementwise(FunctionGraph& graph) {
   std::vector<Node*> order = graph.toposort();
+  std::unordered_map<const Node*, size_t> position;
+  for (size_t i = 0; i < order.size(); ++i) position[order[i]] = i;
   std::unordered_set<Node*> taken;
-  std::vector<std::pair<Node*, std::vector<Node*>>> groups;
+  std::vector<Group> groups;
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node* root = *it;
     if (!is_elemwise(root) || taken.count(root)) continue;
-    std::vector<Node*> group = grow_group(graph, root, taken);
-    taken.insert(group.begin(), group.end());
-    if (group.size() >= 2) groups.push_back({root, std::move(group)});
+    Group group = grow_group(graph, root, taken, position);
+    taken.insert(group.members.begin(), group.members.end());
+    if (group.members.size() >= 2) groups.push_back(std::move(group));
   }
-  for (auto& [root, group] : groups) {
-    auto [inputs, program] = program_of(group, root);
-    auto op = std::make_shared<Composite>(static_cast<int>(inputs.size()), std::move(program), root->outputs[0]->type, std::nullopt);
-    graph.replace(root->output(0), apply1(op, inputs, root->loc), "fuse_elementwise");
+  for (const Group& group : groups) {
+    GroupProgram g = program_of(group);
+    auto op = std::make_shared<Composite>(static_cast<int>(g.inputs.size()), std::move(g.program), group.root->outputs[0]->type,
+                                          std::nullopt, std::move(g.extra_outputs));
+    const std::vector<Var> outputs = apply(op, g.inputs, group.root->loc);
+    graph.replace(group.root->output(0), outputs[0], "fuse_elementwise");
+    for (size_t e = 0; e < group.read_outside.size(); ++e)
+      graph.replace(group.read_outside[e]->output(0), outputs[e + 1], "fuse_elementwise");
   }
   return static_cast<int64_t>(groups.size());
 }
@@ -127,15 +177,13 @@ int64_t fuse_elementwise(FunctionGraph& graph) {
 std::vector<Var> fuse_reduction(FunctionGraph& graph, Node& n) {
   const auto& r = static_cast<const Reduce&>(*n.op);
   const Var& in = n.inputs[0];
-  if ((r.kind() != ReduceKind::sum && r.kind() != ReduceKind::mean) || !is_float(in.dtype()) ||
-      !Composite::fusable_axes(r.axes(), in.ndim()) || pattern::live_clients(graph, in) != 1)
-    return {};
+  if (!reduces_in_the_pass(graph, n)) return {};
   const Node* producer = in.get()->owner;
   if (!producer) return {};
   std::vector<Var> inputs;
   std::vector<ScalarInstruction> program;
   if (const auto* c = dynamic_cast<const Composite*>(producer->op.get())) {
-    if (c->reduction()) return {};
+    if (c->reduction() || producer->outputs.size() > 1) return {};
     inputs = producer->inputs;
     program = c->program();
   } else if (is_elemwise(producer)) {
