@@ -185,6 +185,26 @@ TEST(Scan, ZeroStepsKeepTheTrailingShape) {
   EXPECT_EQ(eval1({X}, mapped.outputs[0], {Tensor::zeros({0, 4}, f64)}).shape(), (Shape{0, 4}));
 }
 
+TEST(Scan, ABodyReshapesToAConstantShape) {
+  Var m = matrix("m", f64);
+  Tensor rows = Tensor::from(std::vector<double>{1, 2, 3, 4, 5, 6}, {2, 3});
+  Body column = [](const std::vector<Var>& a) { return std::vector<Var>{reshape(a[0], {3, 1})}; };
+  Tensor columns = eval1({m}, map(column, {m}).outputs[0], {rows});
+  EXPECT_EQ(columns.shape(), (Shape{2, 3, 1}));
+  expect_values(columns, {1, 2, 3, 4, 5, 6});
+  // Flattening (to a constant -1, by flatten, and inside cumsum and repeat with no axis).
+  Body flat = [](const std::vector<Var>& a) {
+    return std::vector<Var>{reshape(a[0], {-1}), flatten(a[0]), cumsum(a[0]), repeat(a[0], 2)};
+  };
+  Var two_d = tensor3("two_d", f64);
+  ScanResult r = map(flat, {two_d});
+  std::vector<Tensor> out = eval({two_d}, r.outputs, {Tensor::from(std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8}, {2, 2, 2})});
+  expect_values(out[0], {1, 2, 3, 4, 5, 6, 7, 8});
+  expect_values(out[1], {1, 2, 3, 4, 5, 6, 7, 8});
+  expect_values(out[2], {1, 3, 6, 10, 5, 11, 18, 26});
+  expect_values(out[3], {1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8});
+}
+
 // ---- Errors ----
 
 TEST(ScanErrors, BadBodiesAndArgumentsAreNamed) {
