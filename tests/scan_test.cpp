@@ -415,6 +415,19 @@ int loops_of(const Function& f) {
 }
 }  // namespace
 
+TEST(ScanGrad, CumsumWithNoAxisInALoopOfGradients) {
+  Var x = vector("x", f64);
+  Tensor at = f64_vector({0.5, -1.0, 2.0});
+  Var eye = constant(Tensor::from(std::vector<double>{1, 0, 0, 0, 1, 0, 0, 0, 1}, {3, 3}));
+  ScanResult rows = map([&](const std::vector<Var>& a) { return std::vector<Var>{Lop({cumsum(x * 3.0)}, {x}, {a[0]})[0]}; }, {eye});
+  for (const Mode& mode : {plain_mode(), Mode::fast_run()}) {
+    std::vector<Tensor> out = function({x}, {jacobian(cumsum(x * 3.0), x), jacobian(cumsum(x * x), x), rows.outputs[0]}, {.mode = mode})(at);
+    expect_values(out[0], {3, 0, 0, 3, 3, 0, 3, 3, 3});
+    expect_values(out[1], {1, 0, 0, 1, -2, 0, 1, -2, 4});
+    expect_values(out[2], {3, 0, 0, 3, 3, 0, 3, 3, 3});
+  }
+}
+
 TEST(ScanRop, TheTangentsRunInTheStatesOwnLoop) {
   Var X = matrix("X", f64), h0 = vector("h0", f64), W = matrix("W", f64), U = matrix("U", f64), vW = matrix("vW", f64), vU = matrix("vU", f64);
   ScanResult r = scan([&](const std::vector<Var>& a) { return std::vector<Var>{tanh(dot(a[0], W) + dot(a[1], U))}; },
