@@ -205,6 +205,42 @@ TEST(Scan, ABodyReshapesToAConstantShape) {
   expect_values(out[3], {1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8});
 }
 
+TEST(Scan, EachStepDrawsFreshRandomNumbers) {
+  RandomStreams rng(5);
+  ScanResult r = scan([&](const std::vector<Var>&) { return std::vector<Var>{rng.uniform({3}, 0.0, 1.0, f64)}; },
+                      {.outputs_info = {std::nullopt}, .n_steps = Var(int64_t{4})});
+  ASSERT_EQ(r.updates.size(), 1u);  // the stream's state after the last step
+  EXPECT_TRUE(r.updates[0].first.same(rng.states()[0]));
+  Function f = function({}, {r.outputs[0]}, {.updates = r.updates});
+  const std::vector<double> first = values(f({})[0]), second = values(f({})[0]);
+  auto rows_differ = [](const std::vector<double>& v) {
+    for (size_t t = 1; t < 4; ++t)
+      if (std::equal(v.begin(), v.begin() + 3, v.begin() + static_cast<int64_t>(3 * t))) return false;
+    return true;
+  };
+  EXPECT_TRUE(rows_differ(first));
+  EXPECT_NE(first, second);
+  // A draw shaped by the step's row (a dropout mask per row), and draws in a nested loop: each
+  // outer step starts the inner loop where the last one left the stream.
+  Var m = matrix("m", f64);
+  ScanResult masks = map([&](const std::vector<Var>& a) { return std::vector<Var>{a[0] * rng.binomial(shape_of(a[0]), 1, 0.5, f64)}; }, {m});
+  ASSERT_EQ(masks.updates.size(), 1u);
+  const std::vector<double> mask = values(function({m}, {masks.outputs[0]}, {.updates = masks.updates})(Tensor::ones({4, 16}, f64))[0]);
+  EXPECT_FALSE(std::equal(mask.begin(), mask.begin() + 16, mask.begin() + 16));
+  ScanResult nested = scan(
+      [&](const std::vector<Var>&) {
+        return map([&](const std::vector<Var>& b) { return std::vector<Var>{b[0] + rng.normal({2}, 0.0, 1.0, f64)}; },
+                   {constant(Tensor::zeros({2, 2}, f64))})
+            .outputs;
+      },
+      {.outputs_info = {std::nullopt}, .n_steps = Var(int64_t{2})});
+  ASSERT_EQ(nested.updates.size(), 1u);
+  const std::vector<double> draws = values(function({}, {nested.outputs[0]}, {.updates = nested.updates})({})[0]);
+  ASSERT_EQ(draws.size(), 8u);
+  EXPECT_FALSE(std::equal(draws.begin(), draws.begin() + 4, draws.begin() + 4));
+  EXPECT_FALSE(std::equal(draws.begin(), draws.begin() + 2, draws.begin() + 2));
+}
+
 // ---- Errors ----
 
 TEST(ScanErrors, BadBodiesAndArgumentsAreNamed) {
