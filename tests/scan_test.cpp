@@ -464,6 +464,45 @@ TEST(ScanGrad, CumsumWithNoAxisInALoopOfGradients) {
   }
 }
 
+TEST(ScanGrad, TileAndRepeatInABody) {
+  // Their shapes are shape arithmetic in the body (shape_of(v) times the repetitions).
+  for (bool use_tile : {true, false})
+    verify_grad_and_rop(
+        [&](std::vector<Var> v) {
+          ScanResult r = scan(
+              [&](const std::vector<Var>& a) {
+                const Var head = slice(a[1] * a[0], 0, 0, 2);
+                return std::vector<Var>{use_tile ? tile(head, {2}) : repeat(head, 2, 0)};
+              },
+              {.sequences = {v[0]}, .outputs_info = {Taps(v[1])}});
+          return r.outputs[0];
+        },
+        {random_tensor({3, 4}, f64, -1, 1, 1), random_tensor({4}, f64, -1, 1, 2)});
+}
+
+TEST(ScanGrad, SecondDerivativesThroughANestedScan) {
+  auto product_of_rows = [](const Var& m) {
+    ScanResult outer = scan(
+        [&](const std::vector<Var>& a) {
+          ScanResult inner = scan([&](const std::vector<Var>& b) { return std::vector<Var>{b[1] * (1.0 + b[0])}; },
+                                  {.sequences = {a[0]}, .outputs_info = {Taps(a[1])}});
+          return std::vector<Var>{inner.outputs[0][VarIndex(-1)]};
+        },
+        {.sequences = {m}, .outputs_info = {Taps(Var(1.0))}});
+    return outer.outputs[0][VarIndex(-1)];  // prod(1 + m)
+  };
+  verify_grad([&](std::vector<Var> v) { return grad(product_of_rows(v[0]), {v[0]})[0]; }, {random_tensor({2, 3}, f64, -0.5, 0.5, 7)});
+  Var m = matrix("m", f64);
+  Tensor at = Tensor::from(std::vector<double>{0.1, 0.2, -0.3, 0.4, 0.5, -0.6}, {2, 3});
+  const std::vector<double> h = values(function({m}, {hessian(product_of_rows(m), m)})(at)[0]);
+  const std::vector<double> x = values(at);
+  double p = 1;
+  for (double xi : x) p *= 1 + xi;
+  for (size_t i = 0; i < 6; ++i)
+    for (size_t j = 0; j < 6; ++j)
+      EXPECT_NEAR(h[i * 6 + j], i == j ? 0.0 : p / ((1 + x[i]) * (1 + x[j])), 1e-9) << i << "," << j;
+}
+
 TEST(ScanRop, TheTangentsRunInTheStatesOwnLoop) {
   Var X = matrix("X", f64), h0 = vector("h0", f64), W = matrix("W", f64), U = matrix("U", f64), vW = matrix("vW", f64), vU = matrix("vU", f64);
   ScanResult r = scan([&](const std::vector<Var>& a) { return std::vector<Var>{tanh(dot(a[0], W) + dot(a[1], U))}; },

@@ -521,7 +521,7 @@ class ShapeLifter {
     else if (body_.is_non_sequence(v)) lifted = shape_of(body_.non_sequence_outer.at(v.get()), loc_);
     else if (auto tap = body_.sequence_tap.find(v.get()); tap != body_.sequence_tap.end())
       lifted = slice(shape_of(p_.sequences[tap->second.first].outer, loc_), 0, 1, std::nullopt, 1, loc_);
-    else if (const Node* n = v.get()->owner) {
+    else if (const Node* n = v.get()->owner; n && !n->op->inner_graph()) {  // a nested loop's shapes: as in shape_without_value
       const std::vector<bool> read_values = value_inputs(*n);
       std::vector<Var> in;
       for (size_t i = 0; i < n->inputs.size(); ++i)
