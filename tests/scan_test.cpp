@@ -36,6 +36,18 @@ TEST(Scan, GoBackwardsReadsTheLastRowFirst) {
   expect_values(eval1({x, s0}, r.outputs[0], {f64_vector({1, 2, 3, 4}), Tensor::scalar(0.0)}), {4, 11, 24, 49});
 }
 
+TEST(Scan, GoBackwardsReversesEachSequenceThenRunsToTheShortest) {
+  // Theano's order (scan_module/scan.py): each sequence is reversed, then cut to the steps run, so
+  // every sequence is read from its own last row.
+  Var xs = vector("xs", f64), ys = vector("ys", f64);
+  ScanResult both = scan([](const std::vector<Var>& a) { return std::vector<Var>{a[0] * 10.0 + a[1]}; },
+                         {.sequences = {xs, ys}, .outputs_info = {std::nullopt}, .go_backwards = true});
+  expect_values(eval1({xs, ys}, both.outputs[0], {f64_vector({1, 2, 3, 4}), f64_vector({5, 6})}), {46, 35});
+  ScanResult two = scan([](const std::vector<Var>& a) { return std::vector<Var>{a[0] * 1.0}; },
+                        {.sequences = {xs}, .outputs_info = {std::nullopt}, .n_steps = Var(int64_t{2}), .go_backwards = true});
+  expect_values(eval1({xs}, two.outputs[0], {f64_vector({1, 2, 3, 4})}), {4, 3});
+}
+
 TEST(Scan, OutputTapsReachBackSeveralSteps) {
   Var init = vector("init", f64), n = scalar("n", i64);
   ScanResult fib = scan([](const std::vector<Var>& a) { return std::vector<Var>{a[0] + a[1]}; },
