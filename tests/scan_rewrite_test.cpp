@@ -104,6 +104,19 @@ TEST(ScanSaveMemory, ValuesAndErrorsAreThoseOfTheWholeLoop) {
   EXPECT_THROW(f({values[0], Tensor::scalar(int64_t{0}), values[2]}), ShapeError);
 }
 
+TEST(ScanSaveMemory, DebugModeChecksTheRowsRead) {
+  // The rewrite keeps the rows the graph reads, not the stacked output: Mode::debug() compares those.
+  Var x = vector("x", f64);
+  Tensor at = Tensor::from(std::vector<double>{0.5, -1.0, 2.0});
+  ScanResult r = scan([](const std::vector<Var>& a) { return std::vector<Var>{a[0] * 2.0}; },
+                      {.outputs_info = {Taps(x)}, .n_steps = Var(int64_t{3})});
+  Function last = function({x}, {r.outputs[0][VarIndex(-1)]}, {.mode = Mode::debug()});
+  EXPECT_GE(fired(last, "scan_save_memory"), 1);
+  expect_values(last(at)[0], {4, -8, 16});
+  Function jac = function({x}, {jacobian(x * x, x)}, {.mode = Mode::debug()});
+  expect_values(jac(at)[0], {1, 0, 0, 0, -2, 0, 0, 0, 4});
+}
+
 TEST(ScanSaveMemory, ReduceAfterNoStepIsTheInitialValue) {
   Var xs = vector("xs", f64), s0 = scalar("s0", f64);
   ScanResult r = reduce([](const std::vector<Var>& a) { return std::vector<Var>{a[0] + 0.5 * a[1]}; }, {xs}, {s0});

@@ -36,6 +36,18 @@ TEST(Scan, GoBackwardsReadsTheLastRowFirst) {
   expect_values(eval1({x, s0}, r.outputs[0], {f64_vector({1, 2, 3, 4}), Tensor::scalar(0.0)}), {4, 11, 24, 49});
 }
 
+TEST(Scan, GoBackwardsReversesEachSequenceThenRunsToTheShortest) {
+  // Theano's order (scan_module/scan.py): each sequence is reversed, then cut to the steps run, so
+  // every sequence is read from its own last row.
+  Var xs = vector("xs", f64), ys = vector("ys", f64);
+  ScanResult both = scan([](const std::vector<Var>& a) { return std::vector<Var>{a[0] * 10.0 + a[1]}; },
+                         {.sequences = {xs, ys}, .outputs_info = {std::nullopt}, .go_backwards = true});
+  expect_values(eval1({xs, ys}, both.outputs[0], {f64_vector({1, 2, 3, 4}), f64_vector({5, 6})}), {46, 35});
+  ScanResult two = scan([](const std::vector<Var>& a) { return std::vector<Var>{a[0] * 1.0}; },
+                        {.sequences = {xs}, .outputs_info = {std::nullopt}, .n_steps = Var(int64_t{2}), .go_backwards = true});
+  expect_values(eval1({xs}, two.outputs[0], {f64_vector({1, 2, 3, 4})}), {4, 3});
+}
+
 TEST(Scan, OutputTapsReachBackSeveralSteps) {
   Var init = vector("init", f64), n = scalar("n", i64);
   ScanResult fib = scan([](const std::vector<Var>& a) { return std::vector<Var>{a[0] + a[1]}; },
@@ -183,6 +195,62 @@ TEST(Scan, ZeroStepsKeepTheTrailingShape) {
   EXPECT_EQ(out[1].shape(), (Shape{0, 3}));
   ScanResult mapped = map([](const std::vector<Var>& a) { return std::vector<Var>{a[0] * 2.0}; }, {X});
   EXPECT_EQ(eval1({X}, mapped.outputs[0], {Tensor::zeros({0, 4}, f64)}).shape(), (Shape{0, 4}));
+}
+
+TEST(Scan, ABodyReshapesToAConstantShape) {
+  Var m = matrix("m", f64);
+  Tensor rows = Tensor::from(std::vector<double>{1, 2, 3, 4, 5, 6}, {2, 3});
+  Body column = [](const std::vector<Var>& a) { return std::vector<Var>{reshape(a[0], {3, 1})}; };
+  Tensor columns = eval1({m}, map(column, {m}).outputs[0], {rows});
+  EXPECT_EQ(columns.shape(), (Shape{2, 3, 1}));
+  expect_values(columns, {1, 2, 3, 4, 5, 6});
+  // Flattening (to a constant -1, by flatten, and inside cumsum and repeat with no axis).
+  Body flat = [](const std::vector<Var>& a) {
+    return std::vector<Var>{reshape(a[0], {-1}), flatten(a[0]), cumsum(a[0]), repeat(a[0], 2)};
+  };
+  Var two_d = tensor3("two_d", f64);
+  ScanResult r = map(flat, {two_d});
+  std::vector<Tensor> out = eval({two_d}, r.outputs, {Tensor::from(std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8}, {2, 2, 2})});
+  expect_values(out[0], {1, 2, 3, 4, 5, 6, 7, 8});
+  expect_values(out[1], {1, 2, 3, 4, 5, 6, 7, 8});
+  expect_values(out[2], {1, 3, 6, 10, 5, 11, 18, 26});
+  expect_values(out[3], {1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7, 8, 8});
+}
+
+TEST(Scan, EachStepDrawsFreshRandomNumbers) {
+  RandomStreams rng(5);
+  ScanResult r = scan([&](const std::vector<Var>&) { return std::vector<Var>{rng.uniform({3}, 0.0, 1.0, f64)}; },
+                      {.outputs_info = {std::nullopt}, .n_steps = Var(int64_t{4})});
+  ASSERT_EQ(r.updates.size(), 1u);  // the stream's state after the last step
+  EXPECT_TRUE(r.updates[0].first.same(rng.states()[0]));
+  Function f = function({}, {r.outputs[0]}, {.updates = r.updates});
+  const std::vector<double> first = values(f({})[0]), second = values(f({})[0]);
+  auto rows_differ = [](const std::vector<double>& v) {
+    for (size_t t = 1; t < 4; ++t)
+      if (std::equal(v.begin(), v.begin() + 3, v.begin() + static_cast<int64_t>(3 * t))) return false;
+    return true;
+  };
+  EXPECT_TRUE(rows_differ(first));
+  EXPECT_NE(first, second);
+  // A draw shaped by the step's row (a dropout mask per row), and draws in a nested loop: each
+  // outer step starts the inner loop where the last one left the stream.
+  Var m = matrix("m", f64);
+  ScanResult masks = map([&](const std::vector<Var>& a) { return std::vector<Var>{a[0] * rng.binomial(shape_of(a[0]), 1, 0.5, f64)}; }, {m});
+  ASSERT_EQ(masks.updates.size(), 1u);
+  const std::vector<double> mask = values(function({m}, {masks.outputs[0]}, {.updates = masks.updates})(Tensor::ones({4, 16}, f64))[0]);
+  EXPECT_FALSE(std::equal(mask.begin(), mask.begin() + 16, mask.begin() + 16));
+  ScanResult nested = scan(
+      [&](const std::vector<Var>&) {
+        return map([&](const std::vector<Var>& b) { return std::vector<Var>{b[0] + rng.normal({2}, 0.0, 1.0, f64)}; },
+                   {constant(Tensor::zeros({2, 2}, f64))})
+            .outputs;
+      },
+      {.outputs_info = {std::nullopt}, .n_steps = Var(int64_t{2})});
+  ASSERT_EQ(nested.updates.size(), 1u);
+  const std::vector<double> draws = values(function({}, {nested.outputs[0]}, {.updates = nested.updates})({})[0]);
+  ASSERT_EQ(draws.size(), 8u);
+  EXPECT_FALSE(std::equal(draws.begin(), draws.begin() + 4, draws.begin() + 4));
+  EXPECT_FALSE(std::equal(draws.begin(), draws.begin() + 2, draws.begin() + 2));
 }
 
 // ---- Errors ----
@@ -394,6 +462,58 @@ int loops_of(const Function& f) {
   return loops;
 }
 }  // namespace
+
+TEST(ScanGrad, CumsumWithNoAxisInALoopOfGradients) {
+  Var x = vector("x", f64);
+  Tensor at = f64_vector({0.5, -1.0, 2.0});
+  Var eye = constant(Tensor::from(std::vector<double>{1, 0, 0, 0, 1, 0, 0, 0, 1}, {3, 3}));
+  ScanResult rows = map([&](const std::vector<Var>& a) { return std::vector<Var>{Lop({cumsum(x * 3.0)}, {x}, {a[0]})[0]}; }, {eye});
+  for (const Mode& mode : {plain_mode(), Mode::fast_run()}) {
+    std::vector<Tensor> out = function({x}, {jacobian(cumsum(x * 3.0), x), jacobian(cumsum(x * x), x), rows.outputs[0]}, {.mode = mode})(at);
+    expect_values(out[0], {3, 0, 0, 3, 3, 0, 3, 3, 3});
+    expect_values(out[1], {1, 0, 0, 1, -2, 0, 1, -2, 4});
+    expect_values(out[2], {3, 0, 0, 3, 3, 0, 3, 3, 3});
+  }
+}
+
+TEST(ScanGrad, TileAndRepeatInABody) {
+  // Their shapes are shape arithmetic in the body (shape_of(v) times the repetitions).
+  for (bool use_tile : {true, false})
+    verify_grad_and_rop(
+        [&](std::vector<Var> v) {
+          ScanResult r = scan(
+              [&](const std::vector<Var>& a) {
+                const Var head = slice(a[1] * a[0], 0, 0, 2);
+                return std::vector<Var>{use_tile ? tile(head, {2}) : repeat(head, 2, 0)};
+              },
+              {.sequences = {v[0]}, .outputs_info = {Taps(v[1])}});
+          return r.outputs[0];
+        },
+        {random_tensor({3, 4}, f64, -1, 1, 1), random_tensor({4}, f64, -1, 1, 2)});
+}
+
+TEST(ScanGrad, SecondDerivativesThroughANestedScan) {
+  auto product_of_rows = [](const Var& m) {
+    ScanResult outer = scan(
+        [&](const std::vector<Var>& a) {
+          ScanResult inner = scan([&](const std::vector<Var>& b) { return std::vector<Var>{b[1] * (1.0 + b[0])}; },
+                                  {.sequences = {a[0]}, .outputs_info = {Taps(a[1])}});
+          return std::vector<Var>{inner.outputs[0][VarIndex(-1)]};
+        },
+        {.sequences = {m}, .outputs_info = {Taps(Var(1.0))}});
+    return outer.outputs[0][VarIndex(-1)];  // prod(1 + m)
+  };
+  verify_grad([&](std::vector<Var> v) { return grad(product_of_rows(v[0]), {v[0]})[0]; }, {random_tensor({2, 3}, f64, -0.5, 0.5, 7)});
+  Var m = matrix("m", f64);
+  Tensor at = Tensor::from(std::vector<double>{0.1, 0.2, -0.3, 0.4, 0.5, -0.6}, {2, 3});
+  const std::vector<double> h = values(function({m}, {hessian(product_of_rows(m), m)})(at)[0]);
+  const std::vector<double> x = values(at);
+  double p = 1;
+  for (double xi : x) p *= 1 + xi;
+  for (size_t i = 0; i < 6; ++i)
+    for (size_t j = 0; j < 6; ++j)
+      EXPECT_NEAR(h[i * 6 + j], i == j ? 0.0 : p / ((1 + x[i]) * (1 + x[j])), 1e-9) << i << "," << j;
+}
 
 TEST(ScanRop, TheTangentsRunInTheStatesOwnLoop) {
   Var X = matrix("X", f64), h0 = vector("h0", f64), W = matrix("W", f64), U = matrix("U", f64), vW = matrix("vW", f64), vU = matrix("vU", f64);

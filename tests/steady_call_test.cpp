@@ -95,6 +95,16 @@ TEST(SteadyCall, AFunctionWithoutKeptBuffersStillAllocatesItsArenaPerCall) {
   EXPECT_GT(allocations_per_steady_call(f, args), 0);
 }
 
+TEST(SteadyCall, AReshapeThatCopiesRunsAgainOnEveryKeptCall) {
+  // A reshape views a contiguous value but copies a reversed one into a buffer of its own: a warm
+  // call must not take that copy for a view of the arena that still stands.
+  Var x = vector("x", f64);
+  Var y = reshape(slice(cumsum(x, 0), 0, std::nullopt, std::nullopt, -1), {-1}) * 2.0;
+  Function f = function({x}, {y}, {.keep_buffers = true});
+  expect_values(f(Tensor::from(std::vector<double>{1, 2, 3}))[0], {12, 6, 2});
+  expect_values(f(Tensor::from(std::vector<double>{4, 5, 6}))[0], {30, 18, 8});
+}
+
 TEST(SteadyCall, AScopedEagerLoopAllocatesNothingAfterItsFirstPass) {
   const Tensor x = random_tensor({60, 784}, f32, 0, 1, 1), big = random_tensor({1'000'000}, f32, -1, 1, 4);
   const Tensor w1 = random_tensor({784, 50}, f32, -0.1, 0.1, 2), b1 = Tensor::zeros({50});

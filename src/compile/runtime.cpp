@@ -361,6 +361,14 @@ void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& 
   std::vector<std::string>* failures = options.failures;
   if (failures) failures->assign(p.n_slots, std::string());
   auto failed = [&](int s) { return failures && !(*failures)[s].empty(); };
+  // A warm run skips an instruction whose outputs view the arena only while the views the last
+  // run made still stand: an op that cannot view every input (reshape of a value that is not
+  // contiguous copies it) may have put a buffer of its own in the slot instead, which holds the
+  // last run's values.
+  auto views_stand = [&](const Instruction& ins) {
+    return std::all_of(ins.outputs.begin(), ins.outputs.end(),
+                       [&](int s) { return slots[s].defined() && !slots[s].is_disposed() && slots[s].storage() == arena; });
+  };
   RunBuffers own_buffers;
   RunBuffers& buffers = options.buffers ? *options.buffers : own_buffers;
   std::vector<Tensor>& before = buffers.before;
@@ -397,7 +405,7 @@ void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& 
     if (const int f = plan.forwarded[k]; f >= 0) {
       slots[ins.outputs[0]] = slots[ins.inputs[static_cast<size_t>(f)]];
       if (failures) (*failures)[ins.outputs[0]] = (*failures)[ins.inputs[static_cast<size_t>(f)]];
-    } else if (!plan.precomputed[k] && !(options.warm && plan.views_arena[k])) {
+    } else if (!plan.precomputed[k] && !(options.warm && plan.views_arena[k] && views_stand(ins))) {
       if (failures) {
         const auto failed_input = std::find_if(ins.inputs.begin(), ins.inputs.end(), failed);
         if (failed_input != ins.inputs.end()) {

@@ -635,6 +635,8 @@ namespace {
 // its stop condition. One per thread; scans built inside a body nest.
 struct ScanBuild {
   std::vector<std::pair<Shared, Var>> updates;
+  // The streams of random draws in the body (and in loops nested in it): updated per step.
+  std::vector<std::pair<Shared, Var>> stream_updates;
   Var until;
   ScanBuild* outer = nullptr;
 };
@@ -800,6 +802,29 @@ Built build_scan(const std::function<std::vector<Var>(const std::vector<Var>&)>&
                         std::to_string(d) + " where its initial value " + initial_type + " is: give an initial value that " +
                         "does not declare that dimension broadcastable (tensor(dtype, {false, ...}))" + where(loc));
   }
+  // A random draw the body reads from a shared stream draws fresh numbers at every step, as in
+  // Theano: its stream becomes a state of the loop, updated per step as scan_update would (an
+  // update the body writes for it wins), and its final value comes back in the updates.
+  {
+    std::vector<Var> roots = returned;
+    if (stops) roots.push_back(cond);
+    for (const auto& [s, value] : build.updates) roots.push_back(value);
+    for (Node* n : topological_order(roots)) {
+      const auto state_update = n->op->state_update();
+      if (!state_update) continue;
+      const Var& state = n->inputs[static_cast<size_t>(state_update->first)];
+      if (state.get()->is_shared()) build.stream_updates.push_back({Shared(state.ptr()), n->output(static_cast<size_t>(state_update->second))});
+    }
+    const size_t written_by_body = build.updates.size();
+    for (const auto& [s, value] : build.stream_updates) {
+      auto same_state = [&](const std::pair<Shared, Var>& u) { return u.first.same(s); };
+      const auto first = build.updates.begin(), drawn = first + static_cast<int64_t>(written_by_body);
+      if (std::any_of(drawn, build.updates.end(), same_state))
+        throw TypeError("scan: two random draws in the body read the stream '" + s.get()->label() +
+                        "'; each would draw the same numbers (draw each from the RandomStreams)" + where(loc));
+      if (std::none_of(first, drawn, same_state)) build.updates.push_back({s, value});
+    }
+  }
   // Shared variables the body updates: more outputs, fed back at -1 from the variable's value.
   std::unordered_map<const Variable*, Var> replace;
   for (const auto& [s, value] : build.updates) {
@@ -892,8 +917,14 @@ Built build_scan(const std::function<std::vector<Var>(const std::vector<Var>&)>&
   built.loc = loc;
   const size_t n_user = built.stacked.size() - build.updates.size();
   built.outputs.assign(built.stacked.begin(), built.stacked.begin() + static_cast<int64_t>(n_user));
-  for (size_t u = 0; u < build.updates.size(); ++u)
+  for (size_t u = 0; u < build.updates.size(); ++u) {
     built.updates.push_back({build.updates[u].first, built.final_value(n_user + u)});
+    // A loop nested in a body hands its streams on: the enclosing loop carries them too, so that
+    // its steps do not start every inner loop from the same state.
+    const auto streams_of_this_loop = [&](const std::pair<Shared, Var>& s) { return s.first.same(build.updates[u].first); };
+    if (building && std::any_of(build.stream_updates.begin(), build.stream_updates.end(), streams_of_this_loop))
+      building->stream_updates.push_back(built.updates.back());
+  }
   return built;
 }
 

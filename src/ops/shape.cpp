@@ -59,7 +59,7 @@ std::vector<Var> DimShuffle::L_op(const Node& node, const std::vector<Var>& gout
 
 std::string Reshape::name() const {
   if (flatten_to_ > 0) return "flatten{" + std::to_string(flatten_to_) + "}";
-  if (target_.empty() && ndim_ > 0) return "reshape{ndim=" + std::to_string(ndim_) + "}";
+  if (target_is_input_) return "reshape{ndim=" + std::to_string(ndim_) + "}";
   return "reshape" + shape_str(target_);
 }
 
@@ -275,7 +275,7 @@ Var transpose(const Var& x, Loc loc) {
 }
 
 Var reshape(const Var& x, Shape shape, Loc loc) {
-  return apply1(std::make_shared<Reshape>(std::move(shape), 0, 0), {x}, loc);
+  return apply1(std::make_shared<Reshape>(std::move(shape), 0, 0, false), {x}, loc);
 }
 
 Var reshape(const Var& x, std::initializer_list<int64_t> shape, Loc loc) { return reshape(x, Shape(shape), loc); }
@@ -290,12 +290,12 @@ Var reshape(const Var& x, const Var& shape, std::optional<int64_t> ndim, Loc loc
       throw TypeError("reshape: cannot tell how many dimensions the symbolic shape " + shape.type().str() +
                       " has; pass ndim (at " + loc_str(loc) + ")");
   }
-  return apply1(std::make_shared<Reshape>(Shape{}, *ndim, 0), {x, shape}, loc);
+  return apply1(std::make_shared<Reshape>(Shape{}, *ndim, 0, true), {x, shape}, loc);
 }
 
 Var flatten(const Var& x, int64_t outdim, Loc loc) {
   if (outdim < 1) throw TypeError("flatten: outdim must be at least 1, got " + std::to_string(outdim) + " (at " + loc_str(loc) + ")");
-  return apply1(std::make_shared<Reshape>(Shape{}, 0, outdim), {x}, loc);
+  return apply1(std::make_shared<Reshape>(Shape{}, 0, outdim, false), {x}, loc);
 }
 
 Var arange(RangeValue stop, Loc loc) { return arange(0, stop, 1, loc); }

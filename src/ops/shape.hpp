@@ -22,19 +22,24 @@ class DimShuffle final : public Op {
   std::vector<int64_t> pattern_;
 };
 
-// x reshaped to a constant shape (one -1 allowed), to the value of a 1-D integer input, or with
-// its trailing axes flattened (flatten_to > 0). A view when x is contiguous, else a copy.
+// x reshaped to a constant shape (one -1 allowed), to the value of a 1-D integer input of ndim
+// entries (target_is_input: the node's second input), or with its trailing axes flattened
+// (flatten_to > 0). A view when x is contiguous, else a copy.
 class Reshape final : public Op {
  public:
-  Reshape(Shape target, int64_t ndim, int64_t flatten_to) : target_(std::move(target)), ndim_(ndim), flatten_to_(flatten_to) {}
+  Reshape(Shape target, int64_t ndim, int64_t flatten_to, bool target_is_input)
+      : target_(std::move(target)), ndim_(ndim), flatten_to_(flatten_to), target_is_input_(target_is_input) {}
   bool flattens() const { return flatten_to_ > 0; }  // its target depends on the input's shape
   const Shape& target() const { return target_; }     // the constant form's target
   int64_t flatten_to() const { return flatten_to_; }
-  void params(OpParams& out) const override { out << target_ << ndim_ << flatten_to_; }
+  void params(OpParams& out) const override { out << target_ << ndim_ << flatten_to_ << target_is_input_; }
   std::string name() const override;
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
-  std::vector<int> needs_input_values() const override { return {1}; }
+  std::vector<int> needs_input_values() const override {
+    if (target_is_input_) return {1};
+    return {};
+  }
   // The output's shape for an input of shape x (and the target's value, for the two-input form).
   Dims resolve(std::span<const int64_t> x, const Tensor* target_value) const;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
@@ -45,6 +50,7 @@ class Reshape final : public Op {
   Shape target_;
   int64_t ndim_;
   int64_t flatten_to_;
+  bool target_is_input_;
 };
 
 // x, checked to have the shape of `like` (read for its shape alone): a ShapeError naming `what`

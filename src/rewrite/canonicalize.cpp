@@ -152,7 +152,10 @@ int64_t shape_without_value(FunctionGraph& graph) {
       stack.pop_back();
       if (memo.count(v.get())) continue;
       const Node* producer = v.get()->owner;
-      if (!producer) {
+      // An op with an inner graph (a scan) tells its shapes fully only once that graph is
+      // compiled: the shape arithmetic of a body is worked out by the body's plan. Its outputs
+      // keep shape_of, which planning answers from the compiled node.
+      if (!producer || producer->op->inner_graph()) {
         memo.emplace(v.get(), shape_of(v, loc));
         continue;
       }

@@ -310,25 +310,33 @@ bool reads_steps(const Node* reader, int64_t lead) {
 std::vector<Var> save_memory(FunctionGraph& graph, Node& node) {
   Parts p = decompose(node);
   if (p.until.defined()) return {};  // a loop that stops early hands back its rows by count
-  std::vector<std::pair<size_t, Node*>> steps_readers;  // (output, x[lead:]) to read the ring instead
-  bool changed = false;
+  // What reads the last rows of an output that keeps a ring: y[-k] itself (steps_of null), or
+  // y[lead:][-k] (steps_of that y[lead:]).
+  struct LastRowsReader {
+    size_t output;
+    Node* reader;
+    Node* steps_of;
+  };
+  std::vector<LastRowsReader> readers;
+  std::vector<size_t> ringed;  // outputs that now keep a ring
   for (size_t j = 0; j < p.outputs.size(); ++j) {
     Parts::Output& o = p.outputs[j];
     if (o.keep > 0) continue;
     const int64_t lead = lead_rows(o.taps);
     int64_t last = 0;  // the most rows from the end a reader reads
     bool only_last_rows = true;
-    std::vector<std::pair<size_t, Node*>> found;
+    std::vector<LastRowsReader> found;
     for (const auto& [client, position] : graph.clients(node.outputs[j].get())) {
       if (const auto k = row_from_end(client)) {
         last = std::max(last, *k);
+        found.push_back({j, client, nullptr});
       } else if (lead > 0 && reads_steps(client, lead)) {
         for (const auto& [reader, at] : graph.clients(client->outputs[0].get())) {
           const auto k = row_from_end(reader);
           only_last_rows = only_last_rows && k;
           if (k) last = std::max(last, *k);
+          found.push_back({j, reader, client});
         }
-        found.push_back({j, client});
       } else {
         only_last_rows = false;
       }
@@ -336,21 +344,35 @@ std::vector<Var> save_memory(FunctionGraph& graph, Node& node) {
     }
     if (!only_last_rows) continue;
     o.keep = std::max(last, lead + 1);  // a step reads rows up to `lead` back while writing its own
-    steps_readers.insert(steps_readers.end(), found.begin(), found.end());
-    changed = true;
+    readers.insert(readers.end(), found.begin(), found.end());
+    ringed.push_back(j);
   }
-  if (!changed) return {};
+  if (ringed.empty()) return {};
   const Assembled a = assemble(p);
-  // The steps' rows in a ring of R rows after n steps: its last min(n, R), so that reading more
-  // rows from the end than there were steps fails as it did before.
-  for (const auto& [j, reader] : steps_readers) {
-    const Var ring = a.stacked[j];
-    const Var rows = shape_of(ring, node.loc)[0];
-    const Var written = minimum(p.steps(), rows, node.loc);
-    const Var steps = row_range(ring, rows - written, written, node.loc);
-    graph.replace(reader->output(0), steps, "scan_save_memory");
+  // The rewrite keeps the values the graph reads, the last rows, not the stacked output (which
+  // now holds a ring): each reader reads its rows from the ring. The steps' rows in a ring of R
+  // rows after n steps are its last min(n, R), so that reading more rows from the end than there
+  // were steps fails as it did before.
+  std::unordered_map<const Node*, Var> steps_rows;
+  for (const LastRowsReader& r : readers) {
+    Var rows = a.stacked[r.output];
+    if (r.steps_of) {
+      auto [it, fresh] = steps_rows.try_emplace(r.steps_of, Var());
+      if (fresh) {
+        const Var count = shape_of(rows, node.loc)[0];
+        const Var written = minimum(p.steps(), count, node.loc);
+        it->second = row_range(rows, count - written, written, node.loc);
+      }
+      rows = it->second;
+    }
+    std::vector<Var> inputs = r.reader->inputs;
+    inputs[0] = rows;
+    graph.replace(r.reader->output(0), apply(r.reader->op, inputs, r.reader->loc)[0], "scan_save_memory");
   }
-  return replacements(node, p, a);
+  std::vector<Var> replaced = replacements(node, p, a);
+  for (size_t j : ringed)
+    if (p.outputs[j].from >= 0) replaced[static_cast<size_t>(p.outputs[j].from)] = Var();
+  return replaced;
 }
 
 // ---- push out invariants ----
@@ -521,7 +543,7 @@ class ShapeLifter {
     else if (body_.is_non_sequence(v)) lifted = shape_of(body_.non_sequence_outer.at(v.get()), loc_);
     else if (auto tap = body_.sequence_tap.find(v.get()); tap != body_.sequence_tap.end())
       lifted = slice(shape_of(p_.sequences[tap->second.first].outer, loc_), 0, 1, std::nullopt, 1, loc_);
-    else if (const Node* n = v.get()->owner) {
+    else if (const Node* n = v.get()->owner; n && !n->op->inner_graph()) {  // a nested loop's shapes: as in shape_without_value
       const std::vector<bool> read_values = value_inputs(*n);
       std::vector<Var> in;
       for (size_t i = 0; i < n->inputs.size(); ++i)
