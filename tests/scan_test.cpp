@@ -253,6 +253,24 @@ TEST(Scan, EachStepDrawsFreshRandomNumbers) {
   EXPECT_FALSE(std::equal(draws.begin(), draws.begin() + 2, draws.begin() + 2));
 }
 
+TEST(Scan, ADrawMadeBeforeTheBodyIsTheSameAtEveryStep) {
+  // A value captured by the body is passed to every step unchanged, a draw too (the trial after
+  // the fix above found it redrawn per step, and so the scan-form jacobian of x * u wrong past its
+  // first row).
+  RandomStreams rng(6);
+  const Var u = rng.uniform({3}, 0.0, 1.0, f64);
+  ScanResult r = scan([&](const std::vector<Var>&) { return std::vector<Var>{u * 1.0}; },
+                      {.outputs_info = {std::nullopt}, .n_steps = Var(int64_t{3})});
+  EXPECT_TRUE(r.updates.empty());
+  const std::vector<Tensor> out = function({}, {r.outputs[0], u})({});
+  const std::vector<double> rows = values(out[0]), drawn = values(out[1]);
+  for (size_t t = 0; t < 3; ++t) EXPECT_EQ(std::vector<double>(rows.begin() + 3 * t, rows.begin() + 3 * (t + 1)), drawn) << "row " << t;
+  Var x = vector("x", f64);
+  const std::vector<Tensor> j = function({x}, {jacobian(x * u, x), u})({Tensor::from(std::vector<double>{1, 2, 3})});
+  const std::vector<double> jv = values(j[0]), uv = values(j[1]);
+  for (size_t i = 0; i < 3; ++i) EXPECT_DOUBLE_EQ(jv[i * 3 + i], uv[i]) << "diagonal " << i;
+}
+
 // ---- Errors ----
 
 TEST(ScanErrors, BadBodiesAndArgumentsAreNamed) {

@@ -105,6 +105,34 @@ TEST(SteadyCall, AReshapeThatCopiesRunsAgainOnEveryKeptCall) {
   expect_values(f(Tensor::from(std::vector<double>{4, 5, 6}))[0], {30, 18, 8});
 }
 
+TEST(SteadyCall, AKeptCallRemakesTheViewsOfABranchAndOfARunLengthLoop) {
+  // Found by a new-user trial: a warm call took every view in the kept arena to stand. A branch
+  // the last call did not take kept the views of an older plan (another input shape: a 5-element
+  // result came back as [-2, -4, -6, 0, 0]), and the rows a loop with until ran were those of the
+  // first call on every later call.
+  Var b = vector("b", f64);
+  Function branch = function({b}, {Out(ifelse(sum(b) > 0.0, b, b * 2.0), {.borrow = true})}, {.keep_buffers = true});
+  expect_values(branch(Tensor::from(std::vector<double>{1, 2, 3}))[0], {1, 2, 3});
+  expect_values(branch(Tensor::from(std::vector<double>{-1, -2, -3}))[0], {-2, -4, -6});
+  expect_values(branch(Tensor::from(std::vector<double>{1, 2, 3, 4, 5}))[0], {1, 2, 3, 4, 5});
+  expect_values(branch(Tensor::from(std::vector<double>{-1, -2, -3, -4, -5}))[0], {-2, -4, -6, -8, -10});
+  Var t = scalar("t", f64);
+  ScanResult counts = scan(
+      [](const std::vector<Var>& a) {
+        const Var n = a[0] + 1.0;
+        return std::vector<Var>{n, until(n >= a[1])};
+      },
+      {.outputs_info = {Taps(Var(0.0))}, .non_sequences = {t}, .n_steps = Var(int64_t{100})});
+  Function loop = function({t}, {Out(counts.outputs[0], {.borrow = true}), sum(counts.outputs[0])}, {.keep_buffers = true});
+  for (double until_count : {3.0, 5.0, 2.0}) {
+    const std::vector<Tensor> r = loop(Tensor::scalar(until_count));
+    std::vector<double> want;
+    for (double v = 1; v <= until_count; ++v) want.push_back(v);
+    expect_values(r[0], want);
+    expect_values(r[1], {until_count * (until_count + 1) / 2});
+  }
+}
+
 TEST(SteadyCall, AScopedEagerLoopAllocatesNothingAfterItsFirstPass) {
   const Tensor x = random_tensor({60, 784}, f32, 0, 1, 1), big = random_tensor({1'000'000}, f32, -1, 1, 4);
   const Tensor w1 = random_tensor({784, 50}, f32, -0.1, 0.1, 2), b1 = Tensor::zeros({50});

@@ -379,9 +379,16 @@ MemoryPlan plan_buffers(const Program& p, const SlotFacts& facts, const PlanOpti
   plan.views_arena.assign(p.code.size(), false);
   for (size_t k = 0; k < p.code.size(); ++k) {
     const Instruction& ins = p.code[k];
-    if (ins.kind != Instruction::Kind::run || plan.precomputed[k] || plan.forwarded[k] >= 0 || ins.outputs.empty()) continue;
+    // Only a view decided by the signature stands from call to call: one whose geometry depends on
+    // an input's value (a loop's rows run until a condition, a reshape to a computed shape) is
+    // made again, and so is one in a branch, which the last call may not have taken.
+    if (ins.kind != Instruction::Kind::run || plan.precomputed[k] || plan.forwarded[k] >= 0 || ins.outputs.empty() ||
+        ins.conditional)
+      continue;
     bool views = true;
     for (size_t o = 0; o < ins.outputs.size(); ++o) views = views && ins.output_is_view[o] && plan.in_arena[ins.outputs[o]];
+    for (int i : ins.node->op->needs_input_values())
+      views = views && static_cast<size_t>(i) < ins.inputs.size() && facts.value[ins.inputs[static_cast<size_t>(i)]].defined();
     plan.views_arena[k] = views;
   }
   int64_t largest = -1;

@@ -266,7 +266,7 @@ void place_output(const Instruction& ins, size_t o, const MemoryPlan& plan, cons
   Tensor& slot = slots[s];
   if (plan.supplied[s]) return;  // the caller's tensor, already there
   if (plan.offset[s] >= 0) {
-    if (warm && slot.defined() && !slot.is_disposed()) return;
+    if (warm && !ins.conditional && slot.defined() && !slot.is_disposed()) return;  // a branch may not have run last call
     const Shape& shape = *plan.shape[s];
     const int64_t offset = plan.offset[s] / static_cast<int64_t>(dtype_size(dtype));
     if (slot.defined() && !slot.is_disposed() && slot.storage() == arena && slot.dtype() == dtype &&

@@ -74,12 +74,15 @@ class Variable {
   bool is_shared() const { return shared != nullptr; }
   bool is_input() const { return !owner && !constant && !shared; }
   std::string label() const;  // name, or a generated one
+  // The ids given so far: a variable made after this call has a larger id.
+  static uint64_t ids_given() { return counter().load(); }
 
  private:
-  static uint64_t next_id() {
-    static std::atomic<uint64_t> counter{0};
-    return ++counter;
+  static std::atomic<uint64_t>& counter() {
+    static std::atomic<uint64_t> ids{0};
+    return ids;
   }
+  static uint64_t next_id() { return ++counter(); }
 };
 
 // How a node came to be: built by the user's code, or derived by kiln from the user's node at the

@@ -766,6 +766,7 @@ Built build_scan(const std::function<std::vector<Var>(const std::vector<Var>&)>&
   // The body.
   ScanBuild build;
   std::vector<Var> returned;
+  const uint64_t made_before_body = Variable::ids_given();
   {
     std::vector<Var> fn_args = sequence_inputs;
     fn_args.insert(fn_args.end(), output_inputs.begin(), output_inputs.end());
@@ -802,9 +803,10 @@ Built build_scan(const std::function<std::vector<Var>(const std::vector<Var>&)>&
                         std::to_string(d) + " where its initial value " + initial_type + " is: give an initial value that " +
                         "does not declare that dimension broadcastable (tensor(dtype, {false, ...}))" + where(loc));
   }
-  // A random draw the body reads from a shared stream draws fresh numbers at every step, as in
+  // A random draw made in the body from a shared stream draws fresh numbers at every step, as in
   // Theano: its stream becomes a state of the loop, updated per step as scan_update would (an
-  // update the body writes for it wins), and its final value comes back in the updates.
+  // update the body writes for it wins), and its final value comes back in the updates. A draw
+  // made before the body and read in it is a captured value, the same at every step.
   {
     std::vector<Var> roots = returned;
     if (stops) roots.push_back(cond);
@@ -813,7 +815,8 @@ Built build_scan(const std::function<std::vector<Var>(const std::vector<Var>&)>&
       const auto state_update = n->op->state_update();
       if (!state_update) continue;
       const Var& state = n->inputs[static_cast<size_t>(state_update->first)];
-      if (state.get()->is_shared()) build.stream_updates.push_back({Shared(state.ptr()), n->output(static_cast<size_t>(state_update->second))});
+      if (state.get()->is_shared() && n->outputs[0]->id > made_before_body)
+        build.stream_updates.push_back({Shared(state.ptr()), n->output(static_cast<size_t>(state_update->second))});
     }
     const size_t written_by_body = build.updates.size();
     for (const auto& [s, value] : build.stream_updates) {
