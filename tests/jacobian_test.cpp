@@ -67,16 +67,17 @@ TEST(Jacobian, TheGraphDoesNotGrowWithTheOutputsLength) {
   EXPECT_EQ(node_count(small), nodes);
 }
 
-TEST(Hessian, OfAnMlpLossMatchesFiniteDifferencesOfItsGradient) {
+TEST(Hessian, OfAnMlpLossMatchesFiniteDifferencesOfItsGradientInBothForms) {
   Var w = vector("w", f64);
   const Tensor X = random_tensor({6, 2}, f64, -1, 1, 8);
   const Var W1 = reshape(slice(w, 0, 0, 6), {2, 3}), W2 = slice(w, 0, 6, 9);
   const Var loss = mean(softplus(dot(tanh(dot(constant(X), W1)), W2)));
   const Tensor at = random_tensor({9}, f64, -1, 1, 9);
   Function g = function({w}, {grad(loss, w)});
-  const Tensor h = eval1({w}, hessian(loss, w), {at});
-  EXPECT_EQ(h.shape(), (Shape{9, 9}));
-  expect_values(h, numeric_jacobian(g, {at}, 0), 1e-7);
+  const std::vector<Tensor> h = eval({w}, {hessian(loss, w), hessian(loss, w, {.vectorize = true})}, {at});
+  EXPECT_EQ(h[0].shape(), (Shape{9, 9}));
+  expect_values(h[0], numeric_jacobian(g, {at}, 0), 1e-7);
+  expect_values(h[1], h[0].to_vector<double>(), 1e-12);
   expect_error<GradError>([&] { hessian(dot(constant(X), W1), w); }, {"hessian: the cost must be a scalar"});
   Var z = vector("z", f64);
   expect_error<GradError>([&] { jacobian(z * 2.0, w); }, {"jacobian of y f64[?] in x 'w'", "does not depend on", "DisconnectedInputs::zero"});
@@ -187,23 +188,25 @@ TEST(Jacobian, VectorizedGraphDoesNotGrowWithTheOutputsLengthEither) {
 }
 
 TEST(Hessian, VectorizedOfAnMlpLossMatchesTheScanForm) {
-  Var w = vector("w", f64);
-  const Tensor X = random_tensor({6, 2}, f64, -1, 1, 8);
-  const Var W1 = reshape(slice(w, 0, 0, 6), {2, 3}), W2 = slice(w, 0, 6, 9);
-  const Var loss = mean(softplus(dot(tanh(dot(constant(X), W1)), W2)));
-  const Tensor at = random_tensor({9}, f64, -1, 1, 9);
-  Function g = function({w}, {grad(loss, w)});
-  const std::vector<Tensor> h = eval({w}, {hessian(loss, w, {.vectorize = true}), hessian(loss, w)}, {at});
-  EXPECT_EQ(h[0].shape(), (Shape{9, 9}));
-  expect_values(h[0], h[1].to_vector<double>(), 1e-12);
-  expect_values(h[0], numeric_jacobian(g, {at}, 0), 1e-7);
-
   SmallMlp m = small_mlp(f64);
   const Var cost = sum(log(m.out));
   const std::vector<Var> in{m.X, m.W1, m.b1, m.W2, m.b2};
   const std::vector<Tensor> r = eval(in, {hessian(cost, m.W2, {.vectorize = true}), hessian(cost, m.W2)}, m.at);
   EXPECT_EQ(r[0].shape(), (Shape{6, 3, 6, 3}));
   expect_values(r[0], r[1].to_vector<double>(), 1e-10);
+}
+
+TEST(Jacobian, OfALoopEndingOnUntilSaysWhatToChange) {
+  // Found by a new-user trial: the error named internal nodes (row_range) and nothing to do.
+  Var x = vector("x", f64);
+  ScanResult r = scan(
+      [](const std::vector<Var>& a) {
+        const Var next = a[0] * 0.5;
+        return std::vector<Var>{next, until(sum(next) < 0.1)};
+      },
+      {.outputs_info = {Taps(x)}, .n_steps = Var(int64_t{10})});
+  Function f = function({x}, {jacobian(flatten(r.outputs[0]), x)});
+  expect_error<ShapeError>([&] { f(Tensor::from(std::vector<double>{1, 2})); }, {"until()", "fixed number of steps", "grad or Lop"});
 }
 
 TEST(Jacobian, VectorizedErrorsNameTheirForm) {

@@ -43,7 +43,9 @@ class CompiledInner final : public InnerProgram {
     for (int s : code.result_slots) {
       const std::optional<Shape>& shape = p->shape[static_cast<size_t>(s)];
       if (!shape) throw ShapeError("an inner graph computes an output whose shape is known only while it runs (from " +
-                                   first_unknown_shape(code, *p) + "); a loop's steps must compute values of shapes known before it starts");
+                                   first_unknown_shape(code, *p) + "); a loop's steps must compute values of shapes known before it starts " +
+                                   "(a loop ending on until() inside another loop, as jacobian and hessian of its result build, " +
+                                   "has such rows: give it a fixed number of steps, or differentiate it with grad or Lop)");
       shapes.push_back(*shape);
     }
     return shapes;
