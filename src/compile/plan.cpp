@@ -206,6 +206,7 @@ MemoryPlan plan_buffers(const Program& p, const SlotFacts& facts, const PlanOpti
   auto extend = [&](int b, int until) { buffers[b].last = std::max(buffers[b].last, until); };
   std::vector<int> scratch_buffer(p.code.size(), -1);
   std::vector<Shape> in_shapes, out_shapes;  // reused from instruction to instruction: their memory stays
+  std::vector<int> overwritten_here;  // buffers an output of the instruction took in place: one output each
   for (size_t k = 0; k < p.code.size(); ++k) {
     if (plan.precomputed[k]) {
       for (int s : p.code[k].outputs) external[s] = true;
@@ -219,7 +220,7 @@ MemoryPlan plan_buffers(const Program& p, const SlotFacts& facts, const PlanOpti
     }
     auto inplace = ins.node->op->inplace_options();
     const bool forwards = plan.forwarded[k] >= 0;
-    std::vector<int> overwritten_here;  // buffers an output of this instruction took in place: one output each
+    overwritten_here.clear();
     for (size_t o = 0; o < ins.outputs.size(); ++o) {
       const int s = ins.outputs[o];
       if (ins.output_is_view[o] || forwards) continue;
