@@ -113,7 +113,13 @@ FunctionGraph::FunctionGraph(std::vector<Var> inputs, const std::vector<Var>& ou
   }
 }
 
-std::vector<Node*> FunctionGraph::toposort() const { return topological_order_of_own(outputs_, nodes_.size()); }
+std::vector<Node*> FunctionGraph::toposort() const {
+  if (order_version_ != version_) {
+    order_ = topological_order_of_own(outputs_, nodes_.size());
+    order_version_ = version_;
+  }
+  return order_;
+}
 
 std::vector<Node*> FunctionGraph::changed_since(uint64_t version) const {
   // The live nodes stamped after `version` are marked `candidate`; a depth-first walk that only

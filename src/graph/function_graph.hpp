@@ -25,7 +25,8 @@ class FunctionGraph {
 
   const std::vector<Var>& inputs() const { return inputs_; }
   const std::vector<Var>& outputs() const { return outputs_; }
-  // Nodes the outputs depend on, in a topological order (inputs before their readers).
+  // Nodes the outputs depend on, in a topological order (inputs before their readers). Only a
+  // replacement changes it: passes that change nothing share one walk.
   std::vector<Node*> toposort() const;
   // Leaves that the outputs depend on.
   std::vector<Variable*> leaves() const;
@@ -60,6 +61,10 @@ class FunctionGraph {
   std::vector<Node*> stamped_;  // since the last prune; repeats and dropped nodes included
   std::unordered_map<const Variable*, std::vector<std::pair<Node*, int>>> clients_;
   uint64_t version_ = 0;
+  // The last toposort and the version it was walked at (a graph of 100k nodes takes milliseconds
+  // to walk, its nodes being scattered in memory; a copy of the order takes microseconds).
+  mutable std::vector<Node*> order_;
+  mutable uint64_t order_version_ = UINT64_MAX;
 };
 
 // Nodes between leaves and outputs in topological order, without recursion (deep graphs).
