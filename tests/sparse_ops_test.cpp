@@ -505,6 +505,20 @@ TEST(SparseOps, SparseAndDenseSumsBroadcastAndPassTheirGradientChecks) {
   }
 }
 
+// Found by a new-user trial: dense - sparse reported a line of kiln's own sparse.cpp when its
+// shapes disagreed while it ran; each of the four forms names the user's line.
+TEST(SparseOps, AShapeErrorOfASparseAndDenseSumNamesTheUsersLine) {
+  const SparseTensor a = sparse_from_dense(sparse_dense(2, 3, 54), SparseFormat::csr);
+  SparseVar x = sparse_input(SparseFormat::csr, "x");
+  Var v = vector("v", f64);
+  const std::string line = std::to_string(__LINE__ + 1);
+  const std::vector<Var> forms{x + v, v + x, x - v, v - x};
+  for (const Var& form : forms) {
+    Function f = function({x, v}, {form});
+    expect_error<ShapeError>([&] { f(a, Tensor::from(std::vector<double>{1, 2})); }, {"sparse_ops_test.cpp:" + line});
+  }
+}
+
 TEST(SparseOps, SparseGradOfRowLookupsStoresOnlyTheRowsUsedAndUpdatesInPlace) {
   const Tensor w0 = random_tensor({6, 3}, f64, -1, 1, 61);
   Shared W = shared(w0, "W");

@@ -1341,8 +1341,9 @@ Var operator+(const SparseOperand& x, const Operand& dense_value) {
                 {cast(s.data(), float_dtype, x.loc), s.indices(), s.indptr(), s.shape(), cast(weak_free, float_dtype, x.loc)}, x.loc);
 }
 Var operator+(const Operand& dense_value, const SparseOperand& x) { return x + dense_value; }
-Var operator-(const SparseOperand& x, const Operand& dense_value) { return x + Operand(-dense_value.var, x.loc); }
-Var operator-(const Operand& dense_value, const SparseOperand& x) { return -x + dense_value; }
+// The negation is built at the user's line too: an error while it runs names that line.
+Var operator-(const SparseOperand& x, const Operand& dense_value) { return x + Operand(-Operand(dense_value.var, x.loc), x.loc); }
+Var operator-(const Operand& dense_value, const SparseOperand& x) { return SparseOperand(-x, x.loc) + dense_value; }
 
 SparseVar sparse_grad(const Var& cost, const Var& W, Loc loc) {
   const std::string what = "sparse_grad(cost, " + (W.defined() ? W.type().str() : std::string("nothing")) + ") at " + loc_str(loc);
