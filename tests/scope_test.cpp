@@ -165,17 +165,22 @@ TEST(DisposeScope, DetachFromScopeLeavesEveryScope) {
   EXPECT_FALSE(t.is_disposed());
 }
 
+// A tensor these disposed names the call and its line (a new-user trial found "when the dispose
+// scope ... ended" for a scope still open).
 TEST(DisposeScope, DisposeEverythingAndDisposeEverythingBut) {
   DisposeScope scope;
   Tensor a = Tensor::ones({1}), b = Tensor::ones({1}), c = Tensor::ones({1});
-  scope.dispose_everything_but({b});
+  scope.dispose_everything_but({b}); const int but_line = __LINE__;
   EXPECT_TRUE(a.is_disposed());
   EXPECT_FALSE(b.is_disposed());
   EXPECT_TRUE(c.is_disposed());
+  expect_error<DisposedError>([&] { (void)a.numel(); }, {"DisposeScope::dispose_everything_but() at " + line_of(but_line)});
   Tensor d = Tensor::ones({1});
-  scope.dispose_everything();
+  scope.dispose_everything(); const int everything_line = __LINE__;
   EXPECT_TRUE(b.is_disposed());
   EXPECT_TRUE(d.is_disposed());
+  expect_error<DisposedError>([&] { (void)d.numel(); }, {"DisposeScope::dispose_everything() at " + line_of(everything_line)});
+  EXPECT_FALSE(scope.ended());
   Tensor e = Tensor::ones({1});  // the scope is still open
   scope.end();
   EXPECT_TRUE(e.is_disposed());

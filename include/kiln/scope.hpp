@@ -32,8 +32,9 @@ class DisposeScope {
   // changes) when it has ended already, when a scope opened inside it is still open, or on
   // another thread.
   void end();
-  void dispose_everything();  // disposes what is registered so far; the scope stays open
-  void dispose_everything_but(const std::vector<Tensor>& keep);  // the kept stay registered here
+  // Disposes what is registered so far; the scope stays open. A disposed tensor's error names loc.
+  void dispose_everything(Loc loc = Loc::current());
+  void dispose_everything_but(const std::vector<Tensor>& keep, Loc loc = Loc::current());  // the kept stay registered here
   // The tensors registered in this scope; after end(), as they were when it ended.
   ScopeStatistics statistics() const;
   bool ended() const;

@@ -214,7 +214,8 @@ class Tensor {
     bool disposed = false;
     // A tensor made for the user (kiln's own are not counted, listed or put in scopes).
     bool counted = false;
-    bool disposed_by_scope = false;
+    // The DisposeScope step that disposed it ("end", "dispose_everything", ...); null: dispose().
+    const char* disposed_by = nullptr;
     uint32_t scope_index = 0;     // its place in its scope's list
     void* scope = nullptr;        // the scope that will dispose it
     Loc created{}, disposed_at{};

@@ -49,7 +49,8 @@ struct ReturnHandle {
     m->shape.clear();
     m->strides.clear();
     m->offset = 0;
-    m->disposed = m->counted = m->disposed_by_scope = false;
+    m->disposed = m->counted = false;
+    m->disposed_by = nullptr;
     m->scope = nullptr;
     m->live_prev = nullptr;
     m->live_next = pool->handles.head;

@@ -2,6 +2,7 @@
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <string_view>
 
 #include "kiln/scope.hpp"
 #include "tensor/per_thread.hpp"
@@ -152,7 +153,8 @@ Frame& frame_on_this_thread(void* frame, const char* what) {
   return f;
 }
 
-void dispose_members(Frame& f, const std::vector<Tensor>* keep) {
+// Disposes the frame's tensors but those in keep: at loc, by the DisposeScope step `by`.
+void dispose_members(Frame& f, const std::vector<Tensor>* keep, Loc loc, const char* by) {
   std::vector<ImplPtr> kept;
   for (ImplPtr& t : f.members) {
     const bool keeps =
@@ -162,7 +164,7 @@ void dispose_members(Frame& f, const std::vector<Tensor>* keep) {
       kept.push_back(std::move(t));
       continue;
     }
-    if (!t->disposed) TensorBook::dispose(*t, f.loc, true);
+    if (!t->disposed) TensorBook::dispose(*t, loc, by);
     t->scope = nullptr;
   }
   f.members.clear();
@@ -170,7 +172,7 @@ void dispose_members(Frame& f, const std::vector<Tensor>* keep) {
 }
 
 void close(Frame& f) {
-  dispose_members(f, nullptr);
+  dispose_members(f, nullptr, f.loc, "end");
   f.open = false;
   ++f.generation;
   f.stack->open = f.depth;
@@ -191,11 +193,11 @@ void TensorBook::made(const std::shared_ptr<Impl>& t, Loc loc) {
   count(t, loc);
 }
 
-void TensorBook::dispose(Impl& m, Loc loc, bool by_scope) {
+void TensorBook::dispose(Impl& m, Loc loc, const char* by) {
   m.storage.reset();
   m.disposed = true;
   m.disposed_at = loc;
-  m.disposed_by_scope = by_scope;
+  m.disposed_by = by;
   if (m.counted) count_released(m);
 }
 
@@ -231,9 +233,11 @@ bool TensorBook::take_over(const Tensor& t) {
 std::string TensorBook::disposed_message(const Impl& m) {
   std::string what = "Tensor: the tensor " + std::string(dtype_name(m.dtype)) + shape_str(m.shape);
   if (m.counted) what += " made at " + loc_str(m.created);
-  what += m.disposed_by_scope ? " was disposed when the dispose scope made at " + loc_str(m.disposed_at) + " ended"
-          : m.counted         ? " was disposed at " + loc_str(m.disposed_at)
-                              : " was disposed";
+  const bool scope_ended = m.disposed_by && std::string_view(m.disposed_by) == "end";
+  what += scope_ended      ? " was disposed when the dispose scope made at " + loc_str(m.disposed_at) + " ended"
+          : m.disposed_by ? " was disposed by DisposeScope::" + std::string(m.disposed_by) + "() at " + loc_str(m.disposed_at)
+          : m.counted     ? " was disposed at " + loc_str(m.disposed_at)
+                          : " was disposed";
   return what + ", and this handle cannot be used any more; to keep it past its scope, move it out "
                 "(move_to_outer_scope()) or detach it (detach_from_scope()); to keep the values after "
                 "dispose(), make a handle with alias() or clone() first";
@@ -321,16 +325,16 @@ void DisposeScope::end() {
   close_abandoned(s);
 }
 
-void DisposeScope::dispose_everything() {
+void DisposeScope::dispose_everything(Loc loc) {
   Frame* f = open_frame(frame_, generation_);
   if (!f) throw Error("DisposeScope::dispose_everything: the scope made at " + loc_str(loc_) + " has ended");
-  dispose_members(frame_on_this_thread(f, "DisposeScope::dispose_everything"), nullptr);
+  dispose_members(frame_on_this_thread(f, "DisposeScope::dispose_everything"), nullptr, loc, "dispose_everything");
 }
 
-void DisposeScope::dispose_everything_but(const std::vector<Tensor>& keep) {
+void DisposeScope::dispose_everything_but(const std::vector<Tensor>& keep, Loc loc) {
   Frame* f = open_frame(frame_, generation_);
   if (!f) throw Error("DisposeScope::dispose_everything_but: the scope made at " + loc_str(loc_) + " has ended");
-  dispose_members(frame_on_this_thread(f, "DisposeScope::dispose_everything_but"), &keep);
+  dispose_members(frame_on_this_thread(f, "DisposeScope::dispose_everything_but"), &keep, loc, "dispose_everything_but");
 }
 
 ScopeStatistics DisposeScope::statistics() const {

@@ -452,7 +452,7 @@ void TensorHandles::move(Tensor& t, int64_t offset) {
 }
 
 void Tensor::dispose(Loc loc) const {
-  if (impl_ && !impl_->disposed) TensorBook::dispose(*impl_, loc, false);
+  if (impl_ && !impl_->disposed) TensorBook::dispose(*impl_, loc);
 }
 
 #define KILN_INSTANTIATE(T)                                                      \

@@ -15,8 +15,9 @@ struct TensorBook {
   // t was just made at loc: counted, listed and put in this thread's innermost scope, unless
   // kiln is making it for itself (InternalTensors).
   static void made(const std::shared_ptr<Tensor::Impl>& t, Loc loc);
-  // Releases t's storage and marks it disposed (at loc; by_scope: a scope made at loc ended).
-  static void dispose(Tensor::Impl& t, Loc loc, bool by_scope);
+  // Releases t's storage and marks it disposed at loc; by: the DisposeScope step ("end": the
+  // scope made at loc ended), null for dispose().
+  static void dispose(Tensor::Impl& t, Loc loc, const char* by = nullptr);
   static void gone(Tensor::Impl& t);  // its last handle went away
   static std::string disposed_message(const Tensor::Impl& t);
   static const std::shared_ptr<Impl>& impl_of(const Tensor& t) { return t.impl_; }
