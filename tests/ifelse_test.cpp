@@ -1,3 +1,5 @@
+#include <cmath>
+
 #include "test_util.hpp"
 
 using namespace kiln;
@@ -66,6 +68,42 @@ TEST(IfElse, Gradients) {
       return ifelse(sum(v[0]) * sign > 0.0, exp(v[0]) * v[1], v[0] - v[1] * 2.0);
     }, {random_tensor({3}, f64, 0.1, 1), random_tensor({3}, f64, -1, 1, 2)});
   }
+}
+
+// Found by a new-user trial: the branch not taken got a zero cotangent, and zero times its
+// derivative is NaN where that derivative is infinite or undefined (sqrt, log at x <= 0), so the
+// guard idiom ifelse(x > 0, sqrt(x), 0) had a NaN gradient exactly where it guards.
+TEST(IfElse, TheBranchNotTakenAddsNothingToTheGradientEvenWhereItsDerivativeIsInfinite) {
+  Var x = scalar("x", f64), w = scalar("w", f64);
+  Var guarded = ifelse(x > 0.0, sqrt(x) * w, x * 0.0);
+  Var logged = ifelse(x > 0.0, log(x), x * w);
+  Var inner = exp(x);  // read by both branches: differentiated outside them
+  Var shared_work = ifelse(x > 0.0, log(x) + inner, inner * 2.0);
+  Var nested = ifelse(x > -0.5, ifelse(x > 0.0, sqrt(x), x * 3.0), x * 1.0);
+  Function f = function({x, w}, {grad(guarded, {x, w})[0], grad(guarded, {x, w})[1], grad(logged, x), grad(logged, w),
+                                 grad(shared_work, x), grad(nested, x)});
+  for (double v : {-2.0, -1.0, -0.25, 0.0, 4.0}) {
+    SCOPED_TRACE(v);
+    const std::vector<Tensor> g = f(Tensor::scalar<double>(v), Tensor::scalar<double>(3.0));
+    const double nested_grad = v > 0 ? 0.5 / std::sqrt(v) : v > -0.5 ? 3.0 : 1.0;
+    const std::vector<double> want{v > 0 ? 1.5 / std::sqrt(v) : 0.0, v > 0 ? std::sqrt(v) : 0.0, v > 0 ? 1 / v : 3.0,
+                                   v > 0 ? 0.0 : v, v > 0 ? 1 / v + std::exp(v) : 2 * std::exp(v), nested_grad};
+    for (size_t k = 0; k < want.size(); ++k) expect_values(g[k], {want[k]}, 1e-12);
+  }
+  // A value inside a branch asked for; a second derivative where the branch is taken (where it is
+  // not, the first gradient's own ifelse reads the sqrt the forward branch reads: still NaN, see
+  // docs/ops.md).
+  Var h = sqrt(x);
+  Var y = ifelse(x > 0.0, h * h * h * w, x);
+  Function asked = function({x, w}, {grad(y, h), grad(grad(y, x), x)});
+  for (double v : {-1.0, 2.0}) {
+    const std::vector<Tensor> g = asked(Tensor::scalar<double>(v), Tensor::scalar<double>(3.0));
+    expect_values(g[0], {v > 0 ? 3 * v * 3.0 : 0.0}, 1e-12);
+    if (v > 0) expect_values(g[1], {3.0 * 0.75 / std::sqrt(v)}, 1e-9);
+  }
+  for (double sign : {1.0, -1.0})
+    verify_grad([&](std::vector<Var> u) { return ifelse(sum(u[0]) * sign > 0.0, sqrt(u[0]) * u[1], log(u[1] * u[1] + 1.0)); },
+                {random_tensor({3}, f64, 0.1, 1), random_tensor({3}, f64, -1, 1, 2)});
 }
 
 TEST(IfElse, DebugModeAndErrors) {

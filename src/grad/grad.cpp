@@ -9,14 +9,70 @@
 #include "graph/op.hpp"
 #include "kiln/grad.hpp"
 #include "kiln/ops.hpp"
+#include "ops/ifelse.hpp"
 #include "ops/stable_forms.hpp"
 
 namespace kiln {
 
+namespace {
+
+using NodeSet = std::unordered_set<const Node*>;
+
+// The nodes whose every path to the roots enters `branch` (n's inputs at these positions): the
+// work only that branch of an ifelse reads.
+using Readers = std::unordered_map<const Variable*, int>;
+
+// How many times each value is read by the nodes in order, its roots read once more by the caller
+// (a root is never only a branch's).
+Readers count_readers(const std::vector<Node*>& order, const std::vector<Var>& roots) {
+  Readers readers;
+  for (const Node* m : order)
+    for (const Var& in : m->inputs) ++readers[in.get()];
+  for (const Var& r : roots) ++readers[r.get()];
+  return readers;
+}
+
+NodeSet branch_only(const Node& n, const std::vector<size_t>& branch, Readers& readers) {
+  std::unordered_map<const Node*, int> reached;
+  auto needed = [&](const Node* m) {
+    int edges = 0;
+    for (const auto& out : m->outputs) edges += readers[out.get()];
+    return edges;
+  };
+  NodeSet only;
+  std::vector<const Node*> ready;
+  auto reach = [&](const Var& v) {
+    if (const Node* m = v.get()->owner; m && ++reached[m] == needed(m)) ready.push_back(m);
+  };
+  for (size_t p : branch) reach(n.inputs[p]);
+  while (!ready.empty()) {
+    const Node* m = ready.back();
+    ready.pop_back();
+    only.insert(m);
+    for (const Var& in : m->inputs) reach(in);
+  }
+  return only;
+}
+
+// backprop differentiating only the nodes in `within` (all when null): the values they read from
+// outside are where the gradient stops.
+std::vector<Var> backprop_within(const std::vector<std::pair<Var, Var>>& seeds, const std::vector<Var>& wrt,
+                                 const NodeSet* within);
+
+}  // namespace
+
 std::vector<Var> backprop(const std::vector<std::pair<Var, Var>>& seeds, const std::vector<Var>& wrt) {
+  return backprop_within(seeds, wrt, nullptr);
+}
+
+namespace {
+
+std::vector<Var> backprop_within(const std::vector<std::pair<Var, Var>>& seeds, const std::vector<Var>& wrt,
+                                 const NodeSet* within) {
   std::vector<Var> roots;
   for (const auto& s : seeds) roots.push_back(s.first);
   std::vector<Node*> order = topological_order(roots);
+  if (within) std::erase_if(order, [&](const Node* n) { return !within->count(n); });
 
   // Only nodes between a wrt and a root need their L_op.
   std::unordered_set<const Variable*> depends, asked;
@@ -37,8 +93,11 @@ std::vector<Var> backprop(const std::vector<std::pair<Var, Var>>& seeds, const s
   for (const auto& [root, seed] : seeds)
     if (depends.count(root.get())) accumulate(root, seed);
 
+  NodeSet differentiated_in_a_branch;
+  std::optional<Readers> readers;  // counted at the first ifelse
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node* n = *it;
+    if (differentiated_in_a_branch.count(n)) continue;
     std::vector<Var> gouts;
     bool any_grad = false;
     for (auto& out : n->outputs) {
@@ -61,6 +120,45 @@ std::vector<Var> backprop(const std::vector<std::pair<Var, Var>>& seeds, const s
           accumulate(stable->reads[i], through[i]);
       continue;
     }
+    if (const auto* branches = dynamic_cast<const IfElse*>(n->op.get())) {
+      // The work only one branch reads is differentiated as a branch of an ifelse too: where the
+      // branch is not taken its gradient is zero, not a zero cotangent times a derivative that may
+      // be infinite there (ifelse(x > 0, sqrt(x), 0) at x = -1 gives 0, not NaN).
+      const Var& c = n->inputs[0];
+      for (bool then_side : {true, false}) {
+        std::vector<size_t> branch;
+        for (int i = 0; i < branches->n(); ++i) branch.push_back(static_cast<size_t>(1 + i + (then_side ? 0 : branches->n())));
+        if (!readers) readers = count_readers(order, roots);
+        NodeSet only = branch_only(*n, branch, *readers);
+        if (within) std::erase_if(only, [&](const Node* m) { return !within->count(m); });
+        auto taken = [&](const Var& g, const Var& like) {
+          return then_side ? ifelse(c, g, zeros_like(like, n->loc), n->loc) : ifelse(c, zeros_like(like, n->loc), g, n->loc);
+        };
+        std::vector<std::pair<Var, Var>> inner_seeds;
+        for (size_t k = 0; k < branch.size(); ++k) {
+          const Var& in = n->inputs[branch[k]];
+          if (!gouts[k].defined() || !depends.count(in.get()) || !is_float(in.dtype())) continue;
+          if (in.get()->owner && only.count(in.get()->owner)) inner_seeds.push_back({in, gouts[k]});
+          else accumulate(in, taken(gouts[k], in));
+        }
+        if (inner_seeds.empty()) continue;
+        std::vector<Var> ends;
+        std::unordered_set<const Variable*> listed;
+        for (const Node* m : only) {
+          differentiated_in_a_branch.insert(m);
+          for (const Var& in : m->inputs)
+            if ((!in.get()->owner || !only.count(in.get()->owner)) && depends.count(in.get()) && is_float(in.dtype()) &&
+                listed.insert(in.get()).second)
+              ends.push_back(in);
+          for (const auto& out : m->outputs)
+            if (asked.count(out.get()) && listed.insert(out.get()).second) ends.push_back(Var(m->output(out->index)));
+        }
+        const std::vector<Var> through = backprop_within(inner_seeds, ends, &only);
+        for (size_t k = 0; k < ends.size(); ++k)
+          if (through[k].defined()) accumulate(ends[k], taken(through[k], ends[k]));
+      }
+      continue;
+    }
     std::vector<Var> gins = n->op->L_op(*n, gouts);
     for (size_t i = 0; i < n->inputs.size(); ++i) {
       const Var& in = n->inputs[i];
@@ -79,6 +177,8 @@ std::vector<Var> backprop(const std::vector<std::pair<Var, Var>>& seeds, const s
   }
   return out;
 }
+
+}  // namespace
 
 namespace {
 
