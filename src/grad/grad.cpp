@@ -16,37 +16,39 @@ namespace kiln {
 
 namespace {
 
-using NodeSet = std::unordered_set<const Node*>;
+using NodeSet = std::unordered_set<Node*>;
 
-// The nodes whose every path to the roots enters `branch` (n's inputs at these positions): the
-// work only that branch of an ifelse reads.
-using Readers = std::unordered_map<const Variable*, int>;
+// Where each node of a backprop's order stands in it, and how many times the nodes in it read each
+// value (a root once more: the caller reads it, so it is never only a branch's).
+struct OrderFacts {
+  std::unordered_map<const Node*, size_t> place;
+  std::unordered_map<const Variable*, int> readers;
+  OrderFacts(const std::vector<Node*>& order, const std::vector<Var>& roots) {
+    for (size_t k = 0; k < order.size(); ++k) {
+      place.emplace(order[k], k);
+      for (const Var& in : order[k]->inputs) ++readers[in.get()];
+    }
+    for (const Var& r : roots) ++readers[r.get()];
+  }
+};
 
-// How many times each value is read by the nodes in order, its roots read once more by the caller
-// (a root is never only a branch's).
-Readers count_readers(const std::vector<Node*>& order, const std::vector<Var>& roots) {
-  Readers readers;
-  for (const Node* m : order)
-    for (const Var& in : m->inputs) ++readers[in.get()];
-  for (const Var& r : roots) ++readers[r.get()];
-  return readers;
-}
-
-NodeSet branch_only(const Node& n, const std::vector<size_t>& branch, Readers& readers) {
+// The nodes of the order whose every path to the roots enters `branch` (n's inputs at these
+// positions): the work only that branch of an ifelse reads.
+NodeSet branch_only(const Node& n, const std::vector<size_t>& branch, OrderFacts& facts) {
   std::unordered_map<const Node*, int> reached;
   auto needed = [&](const Node* m) {
     int edges = 0;
-    for (const auto& out : m->outputs) edges += readers[out.get()];
+    for (const auto& out : m->outputs) edges += facts.readers[out.get()];
     return edges;
   };
   NodeSet only;
-  std::vector<const Node*> ready;
+  std::vector<Node*> ready;
   auto reach = [&](const Var& v) {
-    if (const Node* m = v.get()->owner; m && ++reached[m] == needed(m)) ready.push_back(m);
+    if (Node* m = v.get()->owner; m && facts.place.count(m) && ++reached[m] == needed(m)) ready.push_back(m);
   };
   for (size_t p : branch) reach(n.inputs[p]);
   while (!ready.empty()) {
-    const Node* m = ready.back();
+    Node* m = ready.back();
     ready.pop_back();
     only.insert(m);
     for (const Var& in : m->inputs) reach(in);
@@ -54,25 +56,25 @@ NodeSet branch_only(const Node& n, const std::vector<size_t>& branch, Readers& r
   return only;
 }
 
-// backprop differentiating only the nodes in `within` (all when null): the values they read from
-// outside are where the gradient stops.
-std::vector<Var> backprop_within(const std::vector<std::pair<Var, Var>>& seeds, const std::vector<Var>& wrt,
-                                 const NodeSet* within);
+// backprop differentiating only the nodes of `order` (a topological order): the values they read
+// from other nodes are where the gradient stops.
+std::vector<Var> backprop_in_order(const std::vector<std::pair<Var, Var>>& seeds, const std::vector<Var>& wrt,
+                                   const std::vector<Node*>& order);
 
 }  // namespace
 
 std::vector<Var> backprop(const std::vector<std::pair<Var, Var>>& seeds, const std::vector<Var>& wrt) {
-  return backprop_within(seeds, wrt, nullptr);
+  std::vector<Var> roots;
+  for (const auto& s : seeds) roots.push_back(s.first);
+  return backprop_in_order(seeds, wrt, topological_order(roots));
 }
 
 namespace {
 
-std::vector<Var> backprop_within(const std::vector<std::pair<Var, Var>>& seeds, const std::vector<Var>& wrt,
-                                 const NodeSet* within) {
+std::vector<Var> backprop_in_order(const std::vector<std::pair<Var, Var>>& seeds, const std::vector<Var>& wrt,
+                                   const std::vector<Node*>& order) {
   std::vector<Var> roots;
   for (const auto& s : seeds) roots.push_back(s.first);
-  std::vector<Node*> order = topological_order(roots);
-  if (within) std::erase_if(order, [&](const Node* n) { return !within->count(n); });
 
   // Only nodes between a wrt and a root need their L_op.
   std::unordered_set<const Variable*> depends, asked;
@@ -94,7 +96,7 @@ std::vector<Var> backprop_within(const std::vector<std::pair<Var, Var>>& seeds, 
     if (depends.count(root.get())) accumulate(root, seed);
 
   NodeSet differentiated_in_a_branch;
-  std::optional<Readers> readers;  // counted at the first ifelse
+  std::optional<OrderFacts> facts;  // found at the first ifelse
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node* n = *it;
     if (differentiated_in_a_branch.count(n)) continue;
@@ -128,9 +130,8 @@ std::vector<Var> backprop_within(const std::vector<std::pair<Var, Var>>& seeds, 
       for (bool then_side : {true, false}) {
         std::vector<size_t> branch;
         for (int i = 0; i < branches->n(); ++i) branch.push_back(static_cast<size_t>(1 + i + (then_side ? 0 : branches->n())));
-        if (!readers) readers = count_readers(order, roots);
-        NodeSet only = branch_only(*n, branch, *readers);
-        if (within) std::erase_if(only, [&](const Node* m) { return !within->count(m); });
+        if (!facts) facts.emplace(order, roots);
+        NodeSet only = branch_only(*n, branch, *facts);
         auto taken = [&](const Var& g, const Var& like) {
           return then_side ? ifelse(c, g, zeros_like(like, n->loc), n->loc) : ifelse(c, zeros_like(like, n->loc), g, n->loc);
         };
@@ -144,7 +145,7 @@ std::vector<Var> backprop_within(const std::vector<std::pair<Var, Var>>& seeds, 
         if (inner_seeds.empty()) continue;
         std::vector<Var> ends;
         std::unordered_set<const Variable*> listed;
-        for (const Node* m : only) {
+        for (Node* m : only) {
           differentiated_in_a_branch.insert(m);
           for (const Var& in : m->inputs)
             if ((!in.get()->owner || !only.count(in.get()->owner)) && depends.count(in.get()) && is_float(in.dtype()) &&
@@ -153,7 +154,10 @@ std::vector<Var> backprop_within(const std::vector<std::pair<Var, Var>>& seeds, 
           for (const auto& out : m->outputs)
             if (asked.count(out.get()) && listed.insert(out.get()).second) ends.push_back(Var(m->output(out->index)));
         }
-        const std::vector<Var> through = backprop_within(inner_seeds, ends, &only);
+        std::vector<Node*> branch_order(only.begin(), only.end());
+        std::sort(branch_order.begin(), branch_order.end(),
+                  [&](const Node* a, const Node* b) { return facts->place.at(a) < facts->place.at(b); });
+        const std::vector<Var> through = backprop_in_order(inner_seeds, ends, branch_order);
         for (size_t k = 0; k < ends.size(); ++k)
           if (through[k].defined()) accumulate(ends[k], taken(through[k], ends[k]));
       }
