@@ -152,7 +152,7 @@ std::vector<Var> backprop_in_order(const std::vector<std::pair<Var, Var>>& seeds
                 listed.insert(in.get()).second)
               ends.push_back(in);
           for (const auto& out : m->outputs)
-            if (asked.count(out.get()) && listed.insert(out.get()).second) ends.push_back(Var(m->output(out->index)));
+            if (asked.count(out.get()) && listed.insert(out.get()).second) ends.push_back(m->output(static_cast<size_t>(out->index)));
         }
         std::vector<Node*> branch_order(only.begin(), only.end());
         std::sort(branch_order.begin(), branch_order.end(),
