@@ -90,16 +90,15 @@ TEST(IfElse, TheBranchNotTakenAddsNothingToTheGradientEvenWhereItsDerivativeIsIn
                                    v > 0 ? 0.0 : v, v > 0 ? 1 / v + std::exp(v) : 2 * std::exp(v), nested_grad};
     for (size_t k = 0; k < want.size(); ++k) expect_values(g[k], {want[k]}, 1e-12);
   }
-  // A value inside a branch asked for; a second derivative where the branch is taken (where it is
-  // not, the first gradient's own ifelse reads the sqrt the forward branch reads: still NaN, see
-  // docs/ops.md).
+  // A value inside a branch asked for, and a second derivative (the first gradient's ifelse and the
+  // forward one read the same sqrt: both are branches on the same condition).
   Var h = sqrt(x);
   Var y = ifelse(x > 0.0, h * h * h * w, x);
   Function asked = function({x, w}, {grad(y, h), grad(grad(y, x), x)});
   for (double v : {-1.0, 2.0}) {
     const std::vector<Tensor> g = asked(Tensor::scalar<double>(v), Tensor::scalar<double>(3.0));
     expect_values(g[0], {v > 0 ? 3 * v * 3.0 : 0.0}, 1e-12);
-    if (v > 0) expect_values(g[1], {3.0 * 0.75 / std::sqrt(v)}, 1e-9);
+    expect_values(g[1], {v > 0 ? 3.0 * 0.75 / std::sqrt(v) : 0.0}, 1e-9);
   }
   for (double sign : {1.0, -1.0})
     verify_grad([&](std::vector<Var> u) { return ifelse(sum(u[0]) * sign > 0.0, sqrt(u[0]) * u[1], log(u[1] * u[1] + 1.0)); },

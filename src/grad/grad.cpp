@@ -16,65 +16,63 @@ namespace kiln {
 
 namespace {
 
-using NodeSet = std::unordered_set<Node*>;
+// A branch of an ifelse: its node and which side.
+struct Branch {
+  const Node* ifelse;
+  bool then_side;
+  bool operator==(const Branch& other) const {
+    return ifelse->inputs[0].get() == other.ifelse->inputs[0].get() && then_side == other.then_side;
+  }
+};
+using Branches = std::vector<Branch>;  // outermost first
 
-// Where each node of a backprop's order stands in it, and how many times the nodes in it read each
-// value (a root once more: the caller reads it, so it is never only a branch's).
-struct OrderFacts {
-  std::unordered_map<const Node*, size_t> place;
-  std::unordered_map<const Variable*, int> readers;
-  OrderFacts(const std::vector<Node*>& order, const std::vector<Var>& roots) {
-    for (size_t k = 0; k < order.size(); ++k) {
-      place.emplace(order[k], k);
-      for (const Var& in : order[k]->inputs) ++readers[in.get()];
+// A gradient being accumulated: terms that count everywhere, and sums of terms that count only
+// where every branch of their list is taken (zero elsewhere, whatever their value there).
+struct Gradient {
+  Var everywhere;
+  std::vector<std::pair<Branches, Var>> in_branches;
+  void add(const Var& g, const Branches& where) {
+    if (where.empty()) {
+      everywhere = everywhere.defined() ? everywhere + g : g;
+      return;
     }
-    for (const Var& r : roots) ++readers[r.get()];
+    for (auto& [branches, sum] : in_branches)
+      if (branches == where) {
+        sum = sum + g;
+        return;
+      }
+    in_branches.push_back({where, g});
+  }
+  // The gradient of `of` as one value: each sum in branches becomes ifelse(c, sum, 0) (or
+  // ifelse(c, 0, sum)), innermost branch first; the zeros take of's shape, as the sum's may be the
+  // other branch's where this one is not taken.
+  Var value(const Var& of) const {
+    Var total = everywhere;
+    for (const auto& [branches, sum] : in_branches) {
+      Var v = sum;
+      for (auto b = branches.rbegin(); b != branches.rend(); ++b) {
+        const DerivedFrom derived(*b->ifelse, Derivation::gradient);
+        const Var& c = b->ifelse->inputs[0];
+        v = b->then_side ? ifelse(c, v, zeros_like(of, b->ifelse->loc), b->ifelse->loc)
+                         : ifelse(c, zeros_like(of, b->ifelse->loc), v, b->ifelse->loc);
+      }
+      total = total.defined() ? total + v : v;
+    }
+    return total;
   }
 };
 
-// The nodes of the order whose every path to the roots enters `branch` (n's inputs at these
-// positions): the work only that branch of an ifelse reads.
-NodeSet branch_only(const Node& n, const std::vector<size_t>& branch, OrderFacts& facts) {
-  std::unordered_map<const Node*, int> reached;
-  auto needed = [&](const Node* m) {
-    int edges = 0;
-    for (const auto& out : m->outputs) edges += facts.readers[out.get()];
-    return edges;
-  };
-  NodeSet only;
-  std::vector<Node*> ready;
-  auto reach = [&](const Var& v) {
-    if (Node* m = v.get()->owner; m && facts.place.count(m) && ++reached[m] == needed(m)) ready.push_back(m);
-  };
-  for (size_t p : branch) reach(n.inputs[p]);
-  while (!ready.empty()) {
-    Node* m = ready.back();
-    ready.pop_back();
-    only.insert(m);
-    for (const Var& in : m->inputs) reach(in);
-  }
-  return only;
-}
-
-// backprop differentiating only the nodes of `order` (a topological order): the values they read
-// from other nodes are where the gradient stops.
-std::vector<Var> backprop_in_order(const std::vector<std::pair<Var, Var>>& seeds, const std::vector<Var>& wrt,
-                                   const std::vector<Node*>& order);
-
 }  // namespace
 
+// A node whose outputs' gradients all count only within the same branches (the work only a branch
+// reads) is differentiated within them too: its L_op runs on the sums and what it gives its inputs
+// counts only there. So where a branch is not taken it adds exactly zero, never a zero cotangent
+// times a derivative that is infinite or undefined there (grad(ifelse(x > 0, sqrt(x), 0), x) at
+// x = -1 is 0, not NaN); the ifelse wrapping comes only where a value is also read elsewhere.
 std::vector<Var> backprop(const std::vector<std::pair<Var, Var>>& seeds, const std::vector<Var>& wrt) {
   std::vector<Var> roots;
   for (const auto& s : seeds) roots.push_back(s.first);
-  return backprop_in_order(seeds, wrt, topological_order(roots));
-}
-
-namespace {
-
-std::vector<Var> backprop_in_order(const std::vector<std::pair<Var, Var>>& seeds, const std::vector<Var>& wrt,
-                                   const std::vector<Node*>& order) {
-  std::vector<Var> roots;
-  for (const auto& s : seeds) roots.push_back(s.first);
+  std::vector<Node*> order = topological_order(roots);
 
   // Only nodes between a wrt and a root need their L_op.
   std::unordered_set<const Variable*> depends, asked;
@@ -86,31 +84,41 @@ std::vector<Var> backprop_in_order(const std::vector<std::pair<Var, Var>>& seeds
       for (auto& out : n->outputs) depends.insert(out.get());
   }
 
-  std::unordered_map<const Variable*, Var> grads;
-  auto accumulate = [&](const Var& v, const Var& g) {
-    auto it = grads.find(v.get());
-    if (it == grads.end()) grads.emplace(v.get(), g);
-    else it->second = it->second + g;
-  };
+  std::unordered_map<const Variable*, Gradient> grads;
+  auto accumulate = [&](const Var& v, const Var& g, const Branches& where) { grads[v.get()].add(g, where); };
   for (const auto& [root, seed] : seeds)
-    if (depends.count(root.get())) accumulate(root, seed);
+    if (depends.count(root.get())) accumulate(root, seed, {});
 
-  NodeSet differentiated_in_a_branch;
-  std::optional<OrderFacts> facts;  // found at the first ifelse
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node* n = *it;
-    if (differentiated_in_a_branch.count(n)) continue;
-    std::vector<Var> gouts;
+    std::vector<const Gradient*> found;
     bool any_grad = false;
     for (auto& out : n->outputs) {
       auto g = grads.find(out.get());
-      gouts.push_back(g == grads.end() ? Var() : g->second);
+      found.push_back(g == grads.end() ? nullptr : &g->second);
       any_grad |= g != grads.end();
     }
     bool any_input_depends = false;
     for (const Var& in : n->inputs) any_input_depends |= depends.count(in.get()) > 0;
     if (!any_grad || !any_input_depends) continue;
     const DerivedFrom derived(*n, Derivation::gradient);
+    // Within branches when every output's gradient is one sum within the same ones.
+    const Branches* within = nullptr;
+    bool all_within = true;
+    for (const Gradient* g : found) {
+      if (!g) continue;
+      if (g->everywhere.defined() || g->in_branches.size() != 1 || (within && !(*within == g->in_branches[0].first))) {
+        all_within = false;
+        break;
+      }
+      within = &g->in_branches[0].first;
+    }
+    const Branches where = all_within ? *within : Branches{};
+    std::vector<Var> gouts;
+    for (size_t o = 0; o < found.size(); ++o) {
+      const Gradient* g = found[o];
+      gouts.push_back(!g ? Var() : all_within ? g->in_branches[0].second : g->value(n->output(o)));
+    }
     // A chain with a stable form (log(1 + exp(x)), ...) is differentiated in that form, straight to
     // the values it reads: the chain's own gradient overflows where its value did. Not when a wrt
     // lies inside the chain: its gradient is asked for.
@@ -119,47 +127,20 @@ std::vector<Var> backprop_in_order(const std::vector<std::pair<Var, Var>>& seeds
       const std::vector<Var> through = backprop({{stable->value, gouts[0]}}, stable->reads);
       for (size_t i = 0; i < through.size(); ++i)
         if (through[i].defined() && depends.count(stable->reads[i].get()) && is_float(stable->reads[i].dtype()))
-          accumulate(stable->reads[i], through[i]);
+          accumulate(stable->reads[i], through[i], where);
       continue;
     }
     if (const auto* branches = dynamic_cast<const IfElse*>(n->op.get())) {
-      // The work only one branch reads is differentiated as a branch of an ifelse too: where the
-      // branch is not taken its gradient is zero, not a zero cotangent times a derivative that may
-      // be infinite there (ifelse(x > 0, sqrt(x), 0) at x = -1 gives 0, not NaN).
-      const Var& c = n->inputs[0];
-      for (bool then_side : {true, false}) {
-        std::vector<size_t> branch;
-        for (int i = 0; i < branches->n(); ++i) branch.push_back(static_cast<size_t>(1 + i + (then_side ? 0 : branches->n())));
-        if (!facts) facts.emplace(order, roots);
-        NodeSet only = branch_only(*n, branch, *facts);
-        auto taken = [&](const Var& g, const Var& like) {
-          return then_side ? ifelse(c, g, zeros_like(like, n->loc), n->loc) : ifelse(c, zeros_like(like, n->loc), g, n->loc);
-        };
-        std::vector<std::pair<Var, Var>> inner_seeds;
-        for (size_t k = 0; k < branch.size(); ++k) {
-          const Var& in = n->inputs[branch[k]];
-          if (!gouts[k].defined() || !depends.count(in.get()) || !is_float(in.dtype())) continue;
-          if (in.get()->owner && only.count(in.get()->owner)) inner_seeds.push_back({in, gouts[k]});
-          else accumulate(in, taken(gouts[k], in));
+      // Each branch's value gets the output's gradient, counting only where that branch is taken.
+      for (int i = 0; i < branches->n(); ++i) {
+        if (!gouts[static_cast<size_t>(i)].defined()) continue;
+        for (bool then_side : {true, false}) {
+          const Var& in = n->inputs[static_cast<size_t>(1 + i + (then_side ? 0 : branches->n()))];
+          if (!depends.count(in.get()) || !is_float(in.dtype())) continue;
+          Branches inner = where;
+          inner.push_back({n, then_side});
+          accumulate(in, gouts[static_cast<size_t>(i)], inner);
         }
-        if (inner_seeds.empty()) continue;
-        std::vector<Var> ends;
-        std::unordered_set<const Variable*> listed;
-        for (Node* m : only) {
-          differentiated_in_a_branch.insert(m);
-          for (const Var& in : m->inputs)
-            if ((!in.get()->owner || !only.count(in.get()->owner)) && depends.count(in.get()) && is_float(in.dtype()) &&
-                listed.insert(in.get()).second)
-              ends.push_back(in);
-          for (const auto& out : m->outputs)
-            if (asked.count(out.get()) && listed.insert(out.get()).second) ends.push_back(m->output(static_cast<size_t>(out->index)));
-        }
-        std::vector<Node*> branch_order(only.begin(), only.end());
-        std::sort(branch_order.begin(), branch_order.end(),
-                  [&](const Node* a, const Node* b) { return facts->place.at(a) < facts->place.at(b); });
-        const std::vector<Var> through = backprop_in_order(inner_seeds, ends, branch_order);
-        for (size_t k = 0; k < ends.size(); ++k)
-          if (through[k].defined()) accumulate(ends[k], taken(through[k], ends[k]));
       }
       continue;
     }
@@ -170,19 +151,17 @@ std::vector<Var> backprop_in_order(const std::vector<std::pair<Var, Var>>& seeds
         if (gins[i].ndim() != in.ndim())
           throw GradError(n->op->name() + ": L_op returned a gradient " + gins[i].type().str() + " for input " +
                           in.type().str() + " (node " + n->origin() + ")");
-        accumulate(in, gins[i]);
+        accumulate(in, gins[i], where);
       }
     }
   }
   std::vector<Var> out;
   for (const Var& w : wrt) {
     auto g = grads.find(w.get());
-    out.push_back(g == grads.end() ? Var() : g->second);
+    out.push_back(g == grads.end() ? Var() : g->second.value(w));
   }
   return out;
 }
-
-}  // namespace
 
 namespace {
 
