@@ -24,7 +24,7 @@ struct Branch {
     return ifelse->inputs[0].get() == other.ifelse->inputs[0].get() && then_side == other.then_side;
   }
 };
-using Branches = std::vector<Branch>;  // outermost first
+using Branches = std::vector<Branch>;  // outermost first; no more than one (see the ifelse's rule)
 
 // A gradient being accumulated: terms that count everywhere, and sums of terms that count only
 // where every branch of their list is taken (zero elsewhere, whatever their value there).
@@ -132,14 +132,18 @@ std::vector<Var> backprop(const std::vector<std::pair<Var, Var>>& seeds, const s
     }
     if (const auto* branches = dynamic_cast<const IfElse*>(n->op.get())) {
       // Each branch's value gets the output's gradient, counting only where that branch is taken.
+      // Within a branch on the same condition and side it stays within that one; within another it
+      // is made one value first: lists of branches never grow, so a chain of ifelses, each in a
+      // branch of the next, costs one ifelse per step in its gradient, not one per step and level.
       for (int i = 0; i < branches->n(); ++i) {
-        if (!gouts[static_cast<size_t>(i)].defined()) continue;
+        const Var& g = gouts[static_cast<size_t>(i)];
+        if (!g.defined()) continue;
         for (bool then_side : {true, false}) {
           const Var& in = n->inputs[static_cast<size_t>(1 + i + (then_side ? 0 : branches->n()))];
           if (!depends.count(in.get()) || !is_float(in.dtype())) continue;
-          Branches inner = where;
-          inner.push_back({n, then_side});
-          accumulate(in, gouts[static_cast<size_t>(i)], inner);
+          const Branches taken{{n, then_side}};
+          if (where.empty() || where == taken) accumulate(in, g, taken);
+          else accumulate(in, Gradient{{}, {{where, g}}}.value(n->output(static_cast<size_t>(i))), taken);
         }
       }
       continue;
