@@ -105,6 +105,25 @@ TEST(IfElse, TheBranchNotTakenAddsNothingToTheGradientEvenWhereItsDerivativeIsIn
                 {random_tensor({3}, f64, 0.1, 1), random_tensor({3}, f64, -1, 1, 2)});
 }
 
+// Found by this stop's review: with branches of different shapes, the gradient work of the branch
+// not taken has the other branch's shapes, and must not run; fast_run's fusion had put it in one
+// pass with a value the other branch reads (an extra output), which ran it and failed.
+TEST(IfElse, GradientsOfBranchesOfDifferentShapesInEveryMode) {
+  Var x = vector("x", f64), w = scalar("w", f64);
+  Var y = sum(ifelse(sum(x) > 0.0, slice(x, 0, 0, 2) * w, x * x));
+  const std::vector<Var> g = grad(y, {x, w});
+  for (const Mode& mode : {Mode::fast_run(), Mode::fast_compile()}) {
+    SCOPED_TRACE(mode.name());
+    Function f = function({x, w}, {g[0], g[1]}, {.mode = mode});
+    std::vector<Tensor> taken = f(Tensor::from(std::vector<double>{0.5, 1.2, 0.3, 0.9, 1.1}), Tensor::scalar<double>(1.3));
+    expect_values(taken[0], {1.3, 1.3, 0, 0, 0}, 1e-12);
+    expect_values(taken[1], {1.7}, 1e-12);
+    std::vector<Tensor> other = f(Tensor::from(std::vector<double>{-0.5, -1.2, 0.3, -0.9, 0.1}), Tensor::scalar<double>(1.3));
+    expect_values(other[0], {-1.0, -2.4, 0.6, -1.8, 0.2}, 1e-12);
+    expect_values(other[1], {0.0}, 1e-12);
+  }
+}
+
 TEST(IfElse, DebugModeAndErrors) {
   Var c = scalar("c", f64), x = vector("x", f64);
   Var z = ifelse(c, exp(x), log(x));

@@ -135,15 +135,21 @@ std::vector<Var> backprop(const std::vector<std::pair<Var, Var>>& seeds, const s
       // Within a branch on the same condition and side it stays within that one; within another it
       // is made one value first: lists of branches never grow, so a chain of ifelses, each in a
       // branch of the next, costs one ifelse per step in its gradient, not one per step and level.
+      // The gradient is given as ifelse(c, g, 0): the branch's shape even where the other branch,
+      // of another shape, is taken, so its work never fails should it run (where the program cannot
+      // skip it: work two branches on one condition share runs before either).
+      const Var& c = n->inputs[0];
       for (int i = 0; i < branches->n(); ++i) {
-        const Var& g = gouts[static_cast<size_t>(i)];
-        if (!g.defined()) continue;
+        if (!gouts[static_cast<size_t>(i)].defined()) continue;
+        const Var& out = n->output(static_cast<size_t>(i));
         for (bool then_side : {true, false}) {
           const Var& in = n->inputs[static_cast<size_t>(1 + i + (then_side ? 0 : branches->n()))];
           if (!depends.count(in.get()) || !is_float(in.dtype())) continue;
           const Branches taken{{n, then_side}};
-          if (where.empty() || where == taken) accumulate(in, g, taken);
-          else accumulate(in, Gradient{{}, {{where, g}}}.value(n->output(static_cast<size_t>(i))), taken);
+          const Var g = where.empty() || where == taken ? gouts[static_cast<size_t>(i)]
+                                                        : Gradient{{}, {{where, gouts[static_cast<size_t>(i)]}}}.value(out);
+          accumulate(in, then_side ? ifelse(c, g, zeros_like(in, n->loc), n->loc) : ifelse(c, zeros_like(in, n->loc), g, n->loc),
+                     taken);
         }
       }
       continue;

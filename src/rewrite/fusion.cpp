@@ -7,6 +7,7 @@
 
 #include "ops/composite.hpp"
 #include "ops/elemwise.hpp"
+#include "ops/ifelse.hpp"
 #include "ops/reduce.hpp"
 #include "rewrite/catalogue.hpp"
 #include "ops/patterns.hpp"
@@ -59,14 +60,16 @@ struct Group {
 // group then leads to a later position than its root, and every edge into it from an earlier one,
 // so the fused graph keeps that order and no group can come to depend on itself, through others
 // or not. A fused reduction keeps one output: a root whose sum will accumulate in its pass takes
-// only producers read inside the group.
+// only producers read inside the group. Nor do groups of a graph with an ifelse take extra
+// outputs: a root only one branch needs would run whenever its extra output is needed elsewhere,
+// and a branch not taken may fail (the shapes of its gradient are the other branch's).
 Group grow_group(const FunctionGraph& graph, Node* root, const std::unordered_set<Node*>& taken,
-                 const std::unordered_map<const Node*, size_t>& position) {
+                 const std::unordered_map<const Node*, size_t>& position, bool has_branches) {
   Group group{root, {root}, {}};
   std::unordered_set<Node*> members{root};
   const Type& shape_type = root->outputs[0]->type;
   const size_t root_position = position.at(root);
-  bool extra_outputs = true;
+  bool extra_outputs = !has_branches;
   for (auto [reader, i] : graph.clients(root->outputs[0].get()))
     extra_outputs = extra_outputs && !(reader && reduces_in_the_pass(graph, *reader));
   bool grew = true;
@@ -152,12 +155,14 @@ int64_t fuse_elementwise(FunctionGraph& graph) {
   std::vector<Node*> order = graph.toposort();
   std::unordered_map<const Node*, size_t> position;
   for (size_t i = 0; i < order.size(); ++i) position[order[i]] = i;
+  const bool has_branches =
+      std::any_of(order.begin(), order.end(), [](const Node* n) { return dynamic_cast<const IfElse*>(n->op.get()) != nullptr; });
   std::unordered_set<Node*> taken;
   std::vector<Group> groups;
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node* root = *it;
     if (!is_elemwise(root) || taken.count(root)) continue;
-    Group group = grow_group(graph, root, taken, position);
+    Group group = grow_group(graph, root, taken, position, has_branches);
     taken.insert(group.members.begin(), group.members.end());
     if (group.members.size() >= 2) groups.push_back(std::move(group));
   }
