@@ -24,38 +24,35 @@ struct Branch {
     return ifelse->inputs[0].get() == other.ifelse->inputs[0].get() && then_side == other.then_side;
   }
 };
-using Branches = std::vector<Branch>;  // outermost first; no more than one (see the ifelse's rule)
+using Where = std::optional<Branch>;  // everywhere, or only where that branch is taken
 
-// A gradient being accumulated: terms that count everywhere, and sums of terms that count only
-// where every branch of their list is taken (zero elsewhere, whatever their value there).
+// A gradient being accumulated: terms that count everywhere, and per branch the sum of terms that
+// count only where it is taken (zero elsewhere, whatever their value there).
 struct Gradient {
   Var everywhere;
-  std::vector<std::pair<Branches, Var>> in_branches;
-  void add(const Var& g, const Branches& where) {
-    if (where.empty()) {
+  std::vector<std::pair<Branch, Var>> in_branches;
+  void add(const Var& g, const Where& where) {
+    if (!where) {
       everywhere = everywhere.defined() ? everywhere + g : g;
       return;
     }
-    for (auto& [branches, sum] : in_branches)
-      if (branches == where) {
+    for (auto& [branch, sum] : in_branches)
+      if (branch == *where) {
         sum = sum + g;
         return;
       }
-    in_branches.push_back({where, g});
+    in_branches.push_back({*where, g});
   }
-  // The gradient of `of` as one value: each sum in branches becomes ifelse(c, sum, 0) (or
-  // ifelse(c, 0, sum)), innermost branch first; the zeros take of's shape, as the sum's may be the
-  // other branch's where this one is not taken.
+  // The gradient of `of` as one value: each branch's sum becomes ifelse(c, sum, 0) (or
+  // ifelse(c, 0, sum)); the zeros take of's shape, as the sum's may be the other branch's where
+  // this one is not taken.
   Var value(const Var& of) const {
     Var total = everywhere;
-    for (const auto& [branches, sum] : in_branches) {
-      Var v = sum;
-      for (auto b = branches.rbegin(); b != branches.rend(); ++b) {
-        const DerivedFrom derived(*b->ifelse, Derivation::gradient);
-        const Var& c = b->ifelse->inputs[0];
-        v = b->then_side ? ifelse(c, v, zeros_like(of, b->ifelse->loc), b->ifelse->loc)
-                         : ifelse(c, zeros_like(of, b->ifelse->loc), v, b->ifelse->loc);
-      }
+    for (const auto& [b, sum] : in_branches) {
+      const DerivedFrom derived(*b.ifelse, Derivation::gradient);
+      const Var& c = b.ifelse->inputs[0];
+      const Var v = b.then_side ? ifelse(c, sum, zeros_like(of, b.ifelse->loc), b.ifelse->loc)
+                                : ifelse(c, zeros_like(of, b.ifelse->loc), sum, b.ifelse->loc);
       total = total.defined() ? total + v : v;
     }
     return total;
@@ -85,7 +82,7 @@ std::vector<Var> backprop(const std::vector<std::pair<Var, Var>>& seeds, const s
   }
 
   std::unordered_map<const Variable*, Gradient> grads;
-  auto accumulate = [&](const Var& v, const Var& g, const Branches& where) { grads[v.get()].add(g, where); };
+  auto accumulate = [&](const Var& v, const Var& g, const Where& where) { grads[v.get()].add(g, where); };
   for (const auto& [root, seed] : seeds)
     if (depends.count(root.get())) accumulate(root, seed, {});
 
@@ -102,8 +99,8 @@ std::vector<Var> backprop(const std::vector<std::pair<Var, Var>>& seeds, const s
     for (const Var& in : n->inputs) any_input_depends |= depends.count(in.get()) > 0;
     if (!any_grad || !any_input_depends) continue;
     const DerivedFrom derived(*n, Derivation::gradient);
-    // Within branches when every output's gradient is one sum within the same ones.
-    const Branches* within = nullptr;
+    // Within a branch when every output's gradient is one sum within the same one.
+    const Branch* within = nullptr;
     bool all_within = true;
     for (const Gradient* g : found) {
       if (!g) continue;
@@ -113,7 +110,7 @@ std::vector<Var> backprop(const std::vector<std::pair<Var, Var>>& seeds, const s
       }
       within = &g->in_branches[0].first;
     }
-    const Branches where = all_within ? *within : Branches{};
+    const Where where = all_within ? Where(*within) : std::nullopt;
     std::vector<Var> gouts;
     for (size_t o = 0; o < found.size(); ++o) {
       const Gradient* g = found[o];
@@ -133,8 +130,8 @@ std::vector<Var> backprop(const std::vector<std::pair<Var, Var>>& seeds, const s
     if (const auto* branches = dynamic_cast<const IfElse*>(n->op.get())) {
       // Each branch's value gets the output's gradient, counting only where that branch is taken.
       // Within a branch on the same condition and side it stays within that one; within another it
-      // is made one value first: lists of branches never grow, so a chain of ifelses, each in a
-      // branch of the next, costs one ifelse per step in its gradient, not one per step and level.
+      // is made one value first (a gradient counts within one branch at most), so a chain of
+      // ifelses, each in a branch of the next, costs one ifelse per step in its gradient.
       // The gradient is given as ifelse(c, g, 0): the branch's shape even where the other branch,
       // of another shape, is taken, so its work never fails should it run (where the program cannot
       // skip it: work two branches on one condition share runs before either).
@@ -145,9 +142,9 @@ std::vector<Var> backprop(const std::vector<std::pair<Var, Var>>& seeds, const s
         for (bool then_side : {true, false}) {
           const Var& in = n->inputs[static_cast<size_t>(1 + i + (then_side ? 0 : branches->n()))];
           if (!depends.count(in.get()) || !is_float(in.dtype())) continue;
-          const Branches taken{{n, then_side}};
-          const Var g = where.empty() || where == taken ? gouts[static_cast<size_t>(i)]
-                                                        : Gradient{{}, {{where, gouts[static_cast<size_t>(i)]}}}.value(out);
+          const Branch taken{n, then_side};
+          const Var g = !where || *where == taken ? gouts[static_cast<size_t>(i)]
+                                                  : Gradient{{}, {{*where, gouts[static_cast<size_t>(i)]}}}.value(out);
           accumulate(in, then_side ? ifelse(c, g, zeros_like(in, n->loc), n->loc) : ifelse(c, zeros_like(in, n->loc), g, n->loc),
                      taken);
         }
