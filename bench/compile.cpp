@@ -1,7 +1,8 @@
 // Per-node cost of compiling, planning and calling, by graph size: the training step (forward,
 // backward, SGD updates) of an MLP of L layers of width 16, compiled in fast_run, for L from 125 to
-// 4000 (about 10 nodes per layer). Prints one row per size: if a stage's cost per node stays flat
-// as the graph grows, that stage scales linearly. Optional argument: the largest L.
+// 4000 (about 10 nodes per layer), then the compile cost of a gradient through a chain of ifelse
+// links, 100 to L/5 links. Prints one row per size: if a stage's cost per node stays flat as the
+// graph grows, that stage scales linearly. Optional argument: the largest L.
 #include <kiln/kiln.hpp>
 
 #include <algorithm>
@@ -60,6 +61,25 @@ Row measure(int layers, int width) {
   return row;
 }
 
+// The gradient of a chain of links, each two ifelses on one condition, both branches read by
+// what follows: its program nests the gradient's blocks one within the next. Compile time alone.
+Row measure_ifelse_chain(int links) {
+  Var x = scalar("x", f64), y = x;
+  for (int k = 0; k < links; ++k) {
+    Var c = x > static_cast<double>(k % 7) * 0.1 - 0.3;
+    y = ifelse(c, sqrt(y * y + 1.0) * 0.999, y * 0.5) + ifelse(c, x * 0.0, cos(y) * 0.1);
+  }
+  Row row;
+  auto start = std::chrono::steady_clock::now();
+  const Var g = grad(y, x);
+  row.grad_s = seconds_since(start);
+  start = std::chrono::steady_clock::now();
+  Function f = function({x}, {g});
+  row.compile_s = seconds_since(start);
+  row.nodes = f.compile_report().nodes_after;
+  return row;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -73,6 +93,15 @@ int main(int argc, char** argv) {
     const double n = static_cast<double>(r.nodes);
     std::printf("%7d %8lld %12.2f %16.2f %18.2f %17.1f\n", layers, static_cast<long long>(r.nodes), r.grad_s / n * 1e6,
                 r.compile_s / n * 1e6, r.first_call_s / n * 1e6, r.steady_call_s / n * 1e9);
+    std::fflush(stdout);
+  }
+  std::printf("\nGradient of a chain of ifelse links (nested branch blocks), fast_run: compile cost per node\n");
+  std::printf("%7s %8s %12s %16s\n", "links", "nodes", "grad us/node", "compile us/node");
+  for (int links = 100; links <= largest / 5; links *= 2) {
+    const Row r = measure_ifelse_chain(links);
+    const double n = static_cast<double>(r.nodes);
+    std::printf("%7d %8lld %12.2f %16.2f\n", links, static_cast<long long>(r.nodes), r.grad_s / n * 1e6,
+                r.compile_s / n * 1e6);
     std::fflush(stdout);
   }
 }

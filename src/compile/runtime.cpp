@@ -19,48 +19,74 @@ namespace kiln {
 
 namespace {
 
-// The nodes only one branch of each ifelse needs: reachable from that branch's values but not from
-// anything else (the results, other nodes, the condition, the other branch).
-struct Exclusive {
-  std::unordered_map<const Node*, std::pair<std::unordered_set<const Node*>, std::unordered_set<const Node*>>> branches;
-  std::unordered_map<const Node*, std::vector<const Node*>> owners;  // node -> ifelse nodes it is exclusive to
+// Where each node's value is needed: everywhere, or only when one branch of an ifelse is taken,
+// that is, when every path from the node to the results passes through that branch's values.
+// Branches nest (an ifelse within a branch), so they form a tree; a node belongs to the innermost
+// branch it is exclusive to. Found in one pass from the results back, each node's place being the
+// nearest branch that holds all of its readers: cost linear in the graph times the nesting depth.
+struct BranchTree {
+  static constexpr int kEverywhere = -1;
+  struct Branch {
+    int parent;  // the branch its ifelse is in
+    int depth;
+  };
+  std::vector<Branch> branches;
+  std::unordered_map<const Node*, int> place;                    // nodes absent are needed everywhere
+  std::unordered_map<const Node*, std::pair<int, int>> sides;  // an ifelse's (then, else) branches
+
+  int place_of(const Node* n) const {
+    auto it = place.find(n);
+    return it == place.end() ? kEverywhere : it->second;
+  }
+  int depth(int b) const { return b == kEverywhere ? 0 : branches[static_cast<size_t>(b)].depth; }
+  int parent(int b) const { return branches[static_cast<size_t>(b)].parent; }
+  // The innermost branch holding both (kEverywhere at the top).
+  int common(int a, int b) const {
+    while (depth(a) > depth(b)) a = parent(a);
+    while (depth(b) > depth(a)) b = parent(b);
+    while (a != b) a = parent(a), b = parent(b);
+    return a;
+  }
+  // The branch of an ifelse's then or else side (kEverywhere for any other node).
+  int branch_of_ifelse(const Node* n, bool then_side) const {
+    auto it = sides.find(n);
+    return it == sides.end() ? kEverywhere : then_side ? it->second.first : it->second.second;
+  }
+  // Of the branches that hold b, the one directly within `within`.
+  int child_toward(int b, int within) const {
+    while (parent(b) != within) b = parent(b);
+    return b;
+  }
 };
 
-std::unordered_set<const Node*> ancestors(const std::vector<Var>& from, const Node* cut, bool follow_cut_condition) {
-  std::unordered_set<const Node*> seen;
-  std::vector<const Node*> stack;
-  for (const Var& v : from)
-    if (v.get()->owner) stack.push_back(v.get()->owner);
-  while (!stack.empty()) {
-    const Node* n = stack.back();
-    stack.pop_back();
-    if (!seen.insert(n).second) continue;
-    const size_t follow = (n == cut && follow_cut_condition) ? 1 : n->inputs.size();
-    for (size_t i = 0; i < follow; ++i)
-      if (const Node* p = n->inputs[i].get()->owner) stack.push_back(p);
-  }
-  return seen;
-}
-
-Exclusive exclusive_branches(const std::vector<Node*>& order, const std::vector<Var>& results) {
-  Exclusive ex;
-  for (const Node* n : order) {
+BranchTree branch_tree(const std::vector<Node*>& order, const std::vector<Var>& results) {
+  BranchTree tree;
+  std::unordered_map<const Node*, int> readers_place;  // the meet of the readers seen so far
+  for (const Var& r : results)
+    if (const Node* n = r.get()->owner) readers_place[n] = BranchTree::kEverywhere;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const Node* n = *it;
+    const auto found = readers_place.find(n);
+    const int here = found == readers_place.end() ? BranchTree::kEverywhere : found->second;
+    if (here != BranchTree::kEverywhere) tree.place[n] = here;
     const auto* op = dynamic_cast<const IfElse*>(n->op.get());
-    if (!op) continue;
-    const auto elsewhere = ancestors(results, n, true);  // everything still needed if n's branches were not
-    std::vector<Var> then_values(n->inputs.begin() + 1, n->inputs.begin() + 1 + op->n());
-    std::vector<Var> else_values(n->inputs.begin() + 1 + op->n(), n->inputs.end());
-    auto then_nodes = ancestors(then_values, nullptr, false), else_nodes = ancestors(else_values, nullptr, false);
-    std::unordered_set<const Node*> then_only, else_only;
-    for (const Node* x : then_nodes)
-      if (!elsewhere.count(x) && !else_nodes.count(x)) then_only.insert(x);
-    for (const Node* x : else_nodes)
-      if (!elsewhere.count(x) && !then_nodes.count(x)) else_only.insert(x);
-    for (const Node* x : then_only) ex.owners[x].push_back(n);
-    for (const Node* x : else_only) ex.owners[x].push_back(n);
-    ex.branches[n] = {std::move(then_only), std::move(else_only)};
+    std::pair<int, int> own{here, here};
+    if (op) {
+      const int depth = tree.depth(here) + 1;
+      tree.branches.push_back({here, depth});
+      tree.branches.push_back({here, depth});
+      own = {static_cast<int>(tree.branches.size()) - 2, static_cast<int>(tree.branches.size()) - 1};
+      tree.sides[n] = own;
+    }
+    for (size_t i = 0; i < n->inputs.size(); ++i) {
+      const Node* producer = n->inputs[i].get()->owner;
+      if (!producer) continue;
+      const int edge = !op || i == 0 ? here : i <= static_cast<size_t>(op->n()) ? own.first : own.second;
+      auto [at, fresh] = readers_place.try_emplace(producer, edge);
+      if (!fresh) at->second = tree.common(at->second, edge);
+    }
   }
-  return ex;
+  return tree;
 }
 
 }  // namespace
@@ -150,7 +176,7 @@ Program emit_program(const std::vector<Var>& inputs, const std::vector<Var>& res
     for (const auto& v : n->outputs) slot(v.get());
   }
   if (order.empty()) order = depth_first;
-  const Exclusive ex = exclusive_branches(order, results);
+  const BranchTree tree = branch_tree(order, results);
 
   std::vector<Draft> code;
   code.reserve(order.size());
@@ -168,43 +194,39 @@ Program emit_program(const std::vector<Var>& inputs, const std::vector<Var>& res
     for (auto [out, in] : n->op->view_map()) d.output_is_view[static_cast<size_t>(out)] = 1;
     code.push_back(std::move(d));
   };
-  // Emits a block of nodes in topological order; an ifelse in it brings its branches' exclusive
-  // nodes as two blocks: jump over the first unless cond, run it, jump over the second.
-  std::function<void(const std::vector<Node*>&, bool)> emit_block = [&](const std::vector<Node*>& block, bool conditional) {
-    std::unordered_set<const Node*> members;
-    if (!ex.owners.empty()) members.insert(block.begin(), block.end());
+  // Emits, in topological order, the nodes of one branch (or of the top level) and those of the
+  // branches within it: an ifelse there brings its branches' nodes as two blocks: jump over the
+  // first unless cond, run it, jump over the second.
+  std::function<void(const std::vector<Node*>&, int)> emit_block = [&](const std::vector<Node*>& block, int branch) {
+    const bool conditional = branch != BranchTree::kEverywhere;
+    std::unordered_map<int, std::vector<Node*>> within;  // nodes of the branches directly inside this one
+    for (Node* n : block)
+      if (const int place = tree.place_of(n); place != branch) within[tree.child_toward(place, branch)].push_back(n);
     for (Node* n : block) {
-      bool deferred = false;
-      if (auto it = ex.owners.find(n); it != ex.owners.end())
-        for (const Node* owner : it->second) deferred = deferred || (owner != n && members.count(owner));
-      if (deferred) continue;
-      auto branches = ex.branches.find(n);
-      if (branches != ex.branches.end() && (!branches->second.first.empty() || !branches->second.second.empty())) {
-        std::vector<Node*> then_block, else_block;
-        for (Node* x : block) {
-          if (branches->second.first.count(x)) then_block.push_back(x);
-          if (branches->second.second.count(x)) else_block.push_back(x);
-        }
+      if (tree.place_of(n) != branch) continue;
+      const auto then_nodes = within.find(tree.branch_of_ifelse(n, true));
+      const auto else_nodes = within.find(tree.branch_of_ifelse(n, false));
+      if (then_nodes != within.end() || else_nodes != within.end()) {
         Draft skip_then;
         skip_then.ins.kind = Instruction::Kind::jump_if_false;
         skip_then.inputs = {slot(n->inputs[0].get())};
         skip_then.ins.conditional = conditional;
         const size_t jif = code.size();
         code.push_back(std::move(skip_then));
-        emit_block(then_block, true);
+        if (then_nodes != within.end()) emit_block(then_nodes->second, then_nodes->first);
         Draft skip_else;
         skip_else.ins.kind = Instruction::Kind::jump;
         skip_else.ins.conditional = conditional;
         const size_t jmp = code.size();
         code.push_back(std::move(skip_else));
         code[jif].ins.target = static_cast<int>(code.size());
-        emit_block(else_block, true);
+        if (else_nodes != within.end()) emit_block(else_nodes->second, else_nodes->first);
         code[jmp].ins.target = static_cast<int>(code.size());
       }
       emit_node(n, conditional);
     }
   };
-  emit_block(order, false);
+  emit_block(order, BranchTree::kEverywhere);
   for (const Var& r : results) p.result_slots.push_back(slot(r.get()));
 
   std::unordered_set<int> kept(p.result_slots.begin(), p.result_slots.end());
