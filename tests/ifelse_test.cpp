@@ -160,3 +160,60 @@ TEST(IfElse, BranchDtypesArePromotedAndRanksMustAgree) {
   expect_values(o[0], {1.5});
   expect_error<TypeError>([&] { ifelse(c, a, matrix("m")); }, {"ifelse", "f32[?]", "f32[?,?]"});
 }
+
+namespace {
+
+// The calls of the profiled ops whose names contain one of `names`; fails unless there is one.
+int64_t calls_of_ops_named(const Function& f, const std::vector<std::string>& names) {
+  int64_t calls = 0, ops = 0;
+  for (const OpProfile& op : f.profile().ops)
+    for (const std::string& name : names)
+      if (op.op.find(name) != std::string::npos) {
+        calls += op.calls;
+        ++ops;
+        break;
+      }
+  EXPECT_GT(ops, 0) << "the program has no op named like " << names[0];
+  return calls;
+}
+
+}  // namespace
+
+// Two ifelses on one condition: what only their then values need runs only when the condition
+// holds, whichever of them reads it. A gradient makes such pairs (each input of a branch gets its
+// gradient as an ifelse on the condition): the work of the branch not taken, forward and backward,
+// must not run, nor make a call fail when it would fail there.
+TEST(IfElse, WorkTwoIfElsesOnOneConditionShareRunsOnlyWhenTheirBranchIsTaken) {
+  Var c = scalar("c", f64), x = matrix("x", f64), y = matrix("y", f64);
+  Var product = dot(x, y);
+  Var z1 = ifelse(c, product * 2.0, x), z2 = ifelse(c, product + 1.0, x * 3.0);
+  Function f = function({c, x, y}, {z1, z2}, {.profile = true});
+  const Tensor xv = random_tensor({2, 2}), yv = random_tensor({2, 2}, f64, -1, 1, 2);
+  auto out = f(Tensor::scalar(0.0), xv, yv);
+  expect_values(out[0], xv.to_vector<double>());
+  EXPECT_EQ(calls_of_ops_named(f, {"dot", "gemm"}), 0);
+  out = f(Tensor::scalar(1.0), xv, yv);
+  expect_values(out[1], eval1({x, y}, dot(x, y) + 1.0, {xv, yv}).to_vector<double>());
+
+  // The then branch cannot run for these shapes: (2, 3) . (2, 3).
+  Var guarded = ifelse(c, dot(x, y) + 1.0, x * 2.0);
+  const Var gx = grad(sum(guarded), x);
+  for (const Mode& mode : {Mode::fast_run(), Mode::fast_compile(), plain_mode()}) {
+    Function g = function({c, x, y}, {gx}, {.mode = mode});
+    expect_values(g(Tensor::scalar(0.0), Tensor::ones({2, 3}, f64), Tensor::ones({2, 3}, f64))[0], std::vector<double>(6, 2.0));
+  }
+
+  Var w = vector("w", f64), v = vector("v", f64);
+  Var loss = sum(ifelse(c, sqrt(exp(v * w)) * sin(w), v));
+  const std::vector<Var> grads = grad(loss, {v, w});
+  Function g = function({c, v, w}, {grads[0], grads[1]}, {.profile = true});
+  const Tensor vv = Tensor::from({0.5, 1.5}, {2}), wv = Tensor::from({-0.5, 2.0}, {2});
+  auto at_false = g(Tensor::scalar(0.0), vv, wv);
+  expect_values(at_false[0], {1, 1});
+  expect_values(at_false[1], {0, 0});
+  EXPECT_EQ(calls_of_ops_named(g, {"exp", "sqrt", "sin", "cos"}), 0);
+  verify_grad([](const std::vector<Var>& in) { return sum(ifelse(sum(in[0]) > 0.0, sqrt(exp(in[0] * in[1])) * sin(in[1]), in[0])); },
+              {vv, wv});
+  verify_grad([](const std::vector<Var>& in) { return sum(ifelse(sum(in[0]) < 0.0, sqrt(exp(in[0] * in[1])) * sin(in[1]), in[0])); },
+              {vv, wv});
+}

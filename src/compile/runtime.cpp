@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -62,6 +63,9 @@ struct BranchTree {
 BranchTree branch_tree(const std::vector<Node*>& order, const std::vector<Var>& results) {
   BranchTree tree;
   std::unordered_map<const Node*, int> readers_place;  // the meet of the readers seen so far
+  // Ifelses on one condition, in one branch, share their branches: what only their then values
+  // need runs when the condition holds, whichever of them reads it.
+  std::map<std::pair<const Variable*, int>, std::pair<int, int>> by_condition;
   for (const Var& r : results)
     if (const Node* n = r.get()->owner) readers_place[n] = BranchTree::kEverywhere;
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
@@ -72,10 +76,14 @@ BranchTree branch_tree(const std::vector<Node*>& order, const std::vector<Var>& 
     const auto* op = dynamic_cast<const IfElse*>(n->op.get());
     std::pair<int, int> own{here, here};
     if (op) {
-      const int depth = tree.depth(here) + 1;
-      tree.branches.push_back({here, depth});
-      tree.branches.push_back({here, depth});
-      own = {static_cast<int>(tree.branches.size()) - 2, static_cast<int>(tree.branches.size()) - 1};
+      auto [sides, fresh] = by_condition.try_emplace({n->inputs[0].get(), here});
+      if (fresh) {
+        const int depth = tree.depth(here) + 1;
+        tree.branches.push_back({here, depth});
+        tree.branches.push_back({here, depth});
+        sides->second = {static_cast<int>(tree.branches.size()) - 2, static_cast<int>(tree.branches.size()) - 1};
+      }
+      own = sides->second;
       tree.sides[n] = own;
     }
     for (size_t i = 0; i < n->inputs.size(); ++i) {
@@ -197,36 +205,58 @@ Program emit_program(const std::vector<Var>& inputs, const std::vector<Var>& res
   // Emits, in topological order, the nodes of one branch (or of the top level) and those of the
   // branches within it: an ifelse there brings its branches' nodes as two blocks: jump over the
   // first unless cond, run it, jump over the second.
-  std::function<void(const std::vector<Node*>&, int)> emit_block = [&](const std::vector<Node*>& block, int branch) {
+  // Emits a block's nodes in topological order: those of one branch (or of the top level) and of
+  // the branches within it, each in a block of its own before the next ifelse on its condition
+  // (jump over the then block unless the condition holds, run it, jump over the else block). A
+  // branch's nodes may thus be split over the blocks of several ifelses on one condition; those
+  // whose own ifelse lies in a later one are returned, to go there.
+  std::function<std::vector<Node*>(const std::vector<Node*>&, int)> emit_block = [&](const std::vector<Node*>& block,
+                                                                                      int branch) {
     const bool conditional = branch != BranchTree::kEverywhere;
-    std::unordered_map<int, std::vector<Node*>> within;  // nodes of the branches directly inside this one
-    for (Node* n : block)
-      if (const int place = tree.place_of(n); place != branch) within[tree.child_toward(place, branch)].push_back(n);
+    std::unordered_map<int, std::vector<Node*>> pending;  // of the branches directly within, not yet emitted
+    auto take = [&](int b) {
+      auto it = pending.find(b);
+      if (it == pending.end()) return std::vector<Node*>{};
+      std::vector<Node*> nodes = std::move(it->second);
+      pending.erase(it);
+      return nodes;
+    };
+    auto emit_branch = [&](std::vector<Node*> nodes, int b) {
+      if (std::vector<Node*> later = emit_block(nodes, b); !later.empty()) pending[b] = std::move(later);
+    };
     for (Node* n : block) {
-      if (tree.place_of(n) != branch) continue;
-      const auto then_nodes = within.find(tree.branch_of_ifelse(n, true));
-      const auto else_nodes = within.find(tree.branch_of_ifelse(n, false));
-      if (then_nodes != within.end() || else_nodes != within.end()) {
+      if (const int place = tree.place_of(n); place != branch) {
+        pending[tree.child_toward(place, branch)].push_back(n);
+        continue;
+      }
+      const int then_branch = tree.branch_of_ifelse(n, true), else_branch = tree.branch_of_ifelse(n, false);
+      std::vector<Node*> then_nodes = take(then_branch), else_nodes = take(else_branch);
+      if (!then_nodes.empty() || !else_nodes.empty()) {
         Draft skip_then;
         skip_then.ins.kind = Instruction::Kind::jump_if_false;
         skip_then.inputs = {slot(n->inputs[0].get())};
         skip_then.ins.conditional = conditional;
         const size_t jif = code.size();
         code.push_back(std::move(skip_then));
-        if (then_nodes != within.end()) emit_block(then_nodes->second, then_nodes->first);
+        if (!then_nodes.empty()) emit_branch(std::move(then_nodes), then_branch);
         Draft skip_else;
         skip_else.ins.kind = Instruction::Kind::jump;
         skip_else.ins.conditional = conditional;
         const size_t jmp = code.size();
         code.push_back(std::move(skip_else));
         code[jif].ins.target = static_cast<int>(code.size());
-        if (else_nodes != within.end()) emit_block(else_nodes->second, else_nodes->first);
+        if (!else_nodes.empty()) emit_branch(std::move(else_nodes), else_branch);
         code[jmp].ins.target = static_cast<int>(code.size());
       }
       emit_node(n, conditional);
     }
+    std::vector<Node*> later;
+    for (auto& [b, nodes] : pending) later.insert(later.end(), nodes.begin(), nodes.end());
+    return later;
   };
-  emit_block(order, BranchTree::kEverywhere);
+
+  if (!emit_block(order, BranchTree::kEverywhere).empty())
+    throw Error("kiln internal error: nodes of a branch come after every ifelse on its condition");
   for (const Var& r : results) p.result_slots.push_back(slot(r.get()));
 
   std::unordered_set<int> kept(p.result_slots.begin(), p.result_slots.end());
