@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <map>
+#include <memory_resource>
+#include <span>
 #include <set>
 #include <string>
 #include <vector>
@@ -70,12 +72,15 @@ class FreeRanges {
     by_offset_.emplace(start, end);
     by_size_.insert({end - start, start});
   }
-  void remove(std::map<int64_t, int64_t>::iterator it) {
+  void remove(std::pmr::map<int64_t, int64_t>::iterator it) {
     by_size_.erase({it->second - it->first, it->first});
     by_offset_.erase(it);
   }
-  std::map<int64_t, int64_t> by_offset_;              // start -> end
-  std::set<std::pair<int64_t, int64_t>> by_size_;    // (bytes, start)
+  // Their nodes come from a pool of their own: a program's placement adds and removes ranges
+  // a few times per buffer.
+  std::pmr::unsynchronized_pool_resource nodes_;
+  std::pmr::map<int64_t, int64_t> by_offset_{&nodes_};            // start -> end
+  std::pmr::set<std::pair<int64_t, int64_t>> by_size_{&nodes_};  // (bytes, start)
   int64_t top_ = 0;
 };
 
@@ -162,6 +167,26 @@ class PlacedBlocks {
   std::vector<Block> blocks_;
 };
 
+// The buffers grouped by the instruction where their lives start (or end), each group in buffer
+// order: two flat arrays, however long the program.
+class GroupedByInstruction {
+ public:
+  GroupedByInstruction(int horizon, std::span<const Lifetime> buffers, int Lifetime::*instruction)
+      : begin_(static_cast<size_t>(horizon) + 1, 0), items_(buffers.size()) {
+    for (const Lifetime& b : buffers) ++begin_[static_cast<size_t>(b.*instruction) + 1];
+    for (size_t k = 1; k < begin_.size(); ++k) begin_[k] += begin_[k - 1];
+    std::vector<int> next(begin_.begin(), begin_.end() - 1);
+    for (size_t b = 0; b < buffers.size(); ++b) items_[static_cast<size_t>(next[static_cast<size_t>(buffers[b].*instruction)]++)] = static_cast<int>(b);
+  }
+  std::span<int> at(int k) {
+    return {items_.data() + begin_[static_cast<size_t>(k)], static_cast<size_t>(begin_[static_cast<size_t>(k) + 1] - begin_[static_cast<size_t>(k)])};
+  }
+
+ private:
+  std::vector<int> begin_;
+  std::vector<int> items_;
+};
+
 }  // namespace
 
 int64_t place_buffers(std::span<const Lifetime> buffers, std::span<int64_t> offsets) {
@@ -191,11 +216,7 @@ int64_t place_buffers(std::span<const Lifetime> buffers, std::span<int64_t> offs
   // then the short-lived ones starting there, largest first, take the smallest free range that
   // stays clear of every long-lived buffer starting while they live; then those whose life ends
   // there are freed.
-  std::vector<std::vector<int>> starting(static_cast<size_t>(horizon)), ending(static_cast<size_t>(horizon));
-  for (int b = 0; b < n; ++b) {
-    starting[static_cast<size_t>(buffers[b].first)].push_back(b);
-    ending[static_cast<size_t>(buffers[b].last)].push_back(b);
-  }
+  GroupedByInstruction starting(horizon, buffers, &Lifetime::first), ending(horizon, buffers, &Lifetime::last);
   FreeRanges free;
   std::vector<std::pair<int64_t, int64_t>> upcoming;  // ranges of long-lived buffers starting later in a life
   // The lowest start in [start, stop - bytes] of a range clear of `upcoming`, or -1.
@@ -211,7 +232,7 @@ int64_t place_buffers(std::span<const Lifetime> buffers, std::span<int64_t> offs
     return start + bytes <= stop ? start : -1;
   };
   for (int k = 0; k < horizon; ++k) {
-    std::vector<int>& now = starting[static_cast<size_t>(k)];
+    const std::span<int> now = starting.at(k);
     std::stable_sort(now.begin(), now.end(), [&](int a, int b) { return buffers[a].bytes > buffers[b].bytes; });
     for (int b : now)
       if (lives_long(b) && buffers[b].bytes > 0) free.take(offsets[b], offsets[b] + buffers[b].bytes);
@@ -223,7 +244,7 @@ int64_t place_buffers(std::span<const Lifetime> buffers, std::span<int64_t> offs
       }
       upcoming.clear();
       for (int t = k + 1; t <= me.last; ++t)
-        for (int u : starting[static_cast<size_t>(t)])
+        for (int u : starting.at(t))
           if (lives_long(u)) upcoming.push_back({offsets[u], offsets[u] + buffers[u].bytes});
       int64_t offset = -1;
       free.smallest_holding(me.bytes, kTries, [&](int64_t start, int64_t stop) {
@@ -236,7 +257,7 @@ int64_t place_buffers(std::span<const Lifetime> buffers, std::span<int64_t> offs
       offsets[b] = offset;
       arena = std::max(arena, offset + me.bytes);
     }
-    for (int b : ending[static_cast<size_t>(k)])
+    for (int b : ending.at(k))
       if (buffers[b].bytes > 0) free.release(offsets[b], offsets[b] + buffers[b].bytes);
   }
   return arena;

@@ -1,7 +1,6 @@
 #include "compile/plan.hpp"
 
 #include <algorithm>
-#include <unordered_set>
 
 #include "compile/placement.hpp"
 #include "exec/run_node.hpp"
@@ -24,10 +23,8 @@ Tensor shape_only(const Shape& shape, DType dtype) {
   return Tensor::view_of(nullptr, dtype, shape, contiguous_strides(shape), 0);
 }
 
-bool produces_integers(const Node& n) {
-  for (const auto& out : n.outputs)
-    if (is_float(out->type.dtype)) return false;
-  return true;
+bool produces_integers(const Instruction& ins) {
+  return std::none_of(ins.output_dtypes.begin(), ins.output_dtypes.end(), is_float);
 }
 
 // "f32(2,3), i64(4,)": the same form the runtime's messages use.
@@ -87,7 +84,7 @@ SlotFacts infer_slot_facts(const Program& p, const std::vector<Shape>& input_sha
       all_values = all_values && facts.value[s].defined();
     }
     bool values_missing = false;
-    for (int need : op.needs_input_values())
+    for (int need : p.traits[k].value_inputs)
       if (need < static_cast<int>(values.size()) && !values[need]) values_missing = true;
     if (values_missing && !op.infers_shapes_without_values()) continue;
     std::vector<Shape> out_shapes;
@@ -106,7 +103,7 @@ SlotFacts infer_slot_facts(const Program& p, const std::vector<Shape>& input_sha
       continue;
     }
     const bool reads_shapes_only = dynamic_cast<const ShapeOf*>(&op) != nullptr;
-    if (produces_integers(*ins.node) && (all_values || reads_shapes_only)) {
+    if (produces_integers(ins) && (all_values || reads_shapes_only)) {
       std::vector<Tensor> inputs, outputs;
       for (size_t i = 0; i < ins.inputs.size(); ++i)
         inputs.push_back(values[i] ? *values[i] : shape_only(shapes[i], p.slot_vars[ins.inputs[i]]->type.dtype));
@@ -148,6 +145,7 @@ MemoryPlan plan_buffers(const Program& p, const SlotFacts& facts, const PlanOpti
   for (int s = 0; s < n_slots; ++s) root[s] = s;
   std::vector<int> buffer_of(n_slots, -1);
   std::vector<Buffer> buffers;
+  buffers.reserve(static_cast<size_t>(n_slots) + p.code.size());  // at most one per slot and one scratch per instruction
   std::vector<bool> external(n_slots, false);  // inputs, shared variables, constants, precomputed values
   for (int s : p.input_slots) external[s] = true;
   std::vector<bool> borrowed(n_slots, false), borrowed_taken(n_slots, false);
@@ -169,7 +167,7 @@ MemoryPlan plan_buffers(const Program& p, const SlotFacts& facts, const PlanOpti
   for (size_t k = 0; k < p.code.size(); ++k) {
     const Instruction& ins = p.code[k];
     if (plan.precomputed[k] || ins.kind != Instruction::Kind::run) continue;
-    bool fallible = ins.node->op->may_fail_on_values();
+    bool fallible = p.traits[k].may_fail_on_values;
     for (size_t o = 0; o < ins.outputs.size(); ++o) fallible = fallible || (!ins.output_is_view[o] && !shape[ins.outputs[o]]);
     if (fallible) last_fallible = static_cast<int>(k);
   }
@@ -177,18 +175,18 @@ MemoryPlan plan_buffers(const Program& p, const SlotFacts& facts, const PlanOpti
   for (const auto& c : p.constant_slots) external[c.first] = true;
   // The values each instruction reads (their elements, not only their shapes), -1 for the others.
   std::vector<int> read;
-  auto reads_values = [&](const Instruction& ins) -> const std::vector<int>& {
-    read.assign(ins.inputs.begin(), ins.inputs.end());
-    if (ins.kind == Instruction::Kind::run)
-      for (int i : ins.node->op->shape_only_inputs()) read[static_cast<size_t>(i)] = -1;
+  auto reads_values = [&](size_t k) -> const std::vector<int>& {
+    read.assign(p.code[k].inputs.begin(), p.code[k].inputs.end());
+    for (int i : p.traits[k].shape_only_inputs) read[static_cast<size_t>(i)] = -1;
     return read;
   };
   std::vector<int> last_use(n_slots, -1);
   for (size_t k = 0; k < p.code.size(); ++k)
     if (!plan.precomputed[k])
-      for (int s : reads_values(p.code[k]))
+      for (int s : reads_values(k))
         if (s >= 0) last_use[s] = static_cast<int>(k);
-  std::unordered_set<int> results(p.result_slots.begin(), p.result_slots.end());
+  std::vector<uint8_t> is_result(static_cast<size_t>(n_slots), 0);
+  for (int s : p.result_slots) is_result[static_cast<size_t>(s)] = 1;
   const int end_of_call = static_cast<int>(p.code.size());
   for (int s : p.result_slots) last_use[s] = end_of_call;
   // What each view views is static: resolve it first, so that a buffer's last use includes every
@@ -196,7 +194,7 @@ MemoryPlan plan_buffers(const Program& p, const SlotFacts& facts, const PlanOpti
   for (size_t k = 0; k < p.code.size(); ++k) {
     if (plan.precomputed[k] || p.code[k].kind != Instruction::Kind::run) continue;
     const Instruction& ins = p.code[k];
-    for (auto [out, in] : ins.node->op->view_map())
+    for (auto [out, in] : p.traits[k].views)
       if (ins.output_is_view[out]) root[ins.outputs[out]] = root[ins.inputs[in]];
     if (const int f = plan.forwarded[k]; f >= 0) root[ins.outputs[0]] = root[ins.inputs[static_cast<size_t>(f)]];
   }
@@ -218,7 +216,7 @@ MemoryPlan plan_buffers(const Program& p, const SlotFacts& facts, const PlanOpti
         if (const int b = buffer_of[root[s]]; b >= 0) extend(b, static_cast<int>(k));
       continue;
     }
-    auto inplace = ins.node->op->inplace_options();
+    const std::span<const std::pair<int, int>> inplace = p.traits[k].inplace;
     const bool forwards = plan.forwarded[k] >= 0;
     overwritten_here.clear();
     for (size_t o = 0; o < ins.outputs.size(); ++o) {
@@ -254,8 +252,8 @@ MemoryPlan plan_buffers(const Program& p, const SlotFacts& facts, const PlanOpti
       };
       // A shared variable's buffer (shared_slot, or -1 for any other) takes temporaries and its
       // own new value, no other value the call hands back.
-      auto may_hold = [&](int shared_slot) { return shared_slot < 0 || !results.count(s) || s == update_into[shared_slot]; };
-      if (options.results_supplied && results.count(s)) {  // computed where the caller points it
+      auto may_hold = [&](int shared_slot) { return shared_slot < 0 || !is_result[s] || s == update_into[shared_slot]; };
+      if (options.results_supplied && is_result[s]) {  // computed where the caller points it
         plan.supplied[s] = true;
         continue;
       }
@@ -264,12 +262,12 @@ MemoryPlan plan_buffers(const Program& p, const SlotFacts& facts, const PlanOpti
       auto overwrite_lent = [&](bool own_variable_only) {
         for (auto [out, in] : inplace) {
           const int src = ins.inputs[in];
-          if (out != static_cast<int>(o) || !borrowed[src] || borrowed_taken[src] || results.count(src) || !replaceable(src))
+          if (out != static_cast<int>(o) || !borrowed[src] || borrowed_taken[src] || is_result[src] || !replaceable(src))
             continue;
           if (own_variable_only && update_into[src] != s) continue;
           const int shared_slot = update_into[src] >= 0 ? src : -1;
           const bool may_still_fail = static_cast<int>(k) < last_fallible ||
-                                      (static_cast<int>(k) == last_fallible && !ins.node->op->checks_values_before_writing());
+                                      (static_cast<int>(k) == last_fallible && !p.traits[k].checks_values_before_writing);
           if ((shared_slot >= 0 && may_still_fail) || !may_hold(shared_slot)) continue;
           plan.reuse_input[s] = src;
           borrowed_taken[src] = true;
@@ -288,7 +286,7 @@ MemoryPlan plan_buffers(const Program& p, const SlotFacts& facts, const PlanOpti
         const int src = ins.inputs[in];
         if (out != static_cast<int>(o) || !replaceable(src)) continue;
         const int b = buffer_of[src];
-        if (b < 0 || root[src] != src || external[src] || results.count(src) || !(buffers[b].in_arena || buffers[b].lent))
+        if (b < 0 || root[src] != src || external[src] || is_result[src] || !(buffers[b].in_arena || buffers[b].lent))
           continue;
         if (buffers[b].last != static_cast<int>(k) || !may_hold(buffers[b].shared_slot) ||
             std::ranges::count(overwritten_here, b))
@@ -328,7 +326,7 @@ MemoryPlan plan_buffers(const Program& p, const SlotFacts& facts, const PlanOpti
         plan.report.unplanned.push_back(ins.node->op->name() + " (working memory sized by values, " + ins.node->origin() + ")");
     }
     // Readers keep what they read alive; through views, the viewed buffer.
-    for (int s : reads_values(ins)) {
+    for (int s : reads_values(k)) {
       const int b = s >= 0 ? buffer_of[root[s]] : -1;
       if (b >= 0) extend(b, static_cast<int>(k));
     }
@@ -388,7 +386,7 @@ MemoryPlan plan_buffers(const Program& p, const SlotFacts& facts, const PlanOpti
       continue;
     bool views = true;
     for (size_t o = 0; o < ins.outputs.size(); ++o) views = views && ins.output_is_view[o] && plan.in_arena[ins.outputs[o]];
-    for (int i : ins.node->op->needs_input_values())
+    for (int i : p.traits[k].value_inputs)
       views = views && static_cast<size_t>(i) < ins.inputs.size() && facts.value[ins.inputs[static_cast<size_t>(i)]].defined();
     plan.views_arena[k] = views;
   }

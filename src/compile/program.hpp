@@ -30,6 +30,18 @@ struct Instruction {
   bool conditional = false;  // inside a branch of an ifelse: it may not run
 };
 
+// What planning reads of an instruction's op, copied from it when the program is emitted: a call
+// that plans reads the program's own arrays, front to back, and never the graph's nodes. Empty
+// for a jump.
+struct OpTraits {
+  std::span<const std::pair<int, int>> views;    // Op::view_map
+  std::span<const std::pair<int, int>> inplace;  // Op::inplace_options
+  std::span<const int> shape_only_inputs;        // Op::shape_only_inputs
+  std::span<const int> value_inputs;             // Op::needs_input_values
+  bool may_fail_on_values = false;
+  bool checks_values_before_writing = false;
+};
+
 // A flat list of instructions and where each kind of value lives. It owns the arrays its
 // instructions view: it may be moved, never copied.
 struct Program {
@@ -46,10 +58,13 @@ struct Program {
   std::vector<std::pair<int, Tensor>> constant_slots;
   std::vector<int> result_slots;  // function outputs, then update values
   std::vector<const Variable*> slot_vars;
-  // What the instructions' lists view.
+  std::vector<OpTraits> traits;  // per instruction
+  // What the instructions' lists and traits view.
   std::vector<int> operand_slots;
   std::vector<uint8_t> view_flags;
   std::vector<DType> dtypes;
+  std::vector<std::pair<int, int>> trait_pairs;
+  std::vector<int> trait_ints;
 };
 
 // Each node's executable on the function's backend, made when a program first needs it.

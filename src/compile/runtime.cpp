@@ -121,6 +121,9 @@ struct Draft {
   SmallVector<int, 2> outputs;
   SmallVector<uint8_t, 2> output_is_view;
   SmallVector<DType, 2> output_dtypes;
+  std::vector<std::pair<int, int>> views, inplace;
+  std::vector<int> shape_only_inputs, value_inputs;
+  bool may_fail_on_values = false, checks_values_before_writing = false;
 };
 
 // Packs the drafts' lists into the program's arrays and points the instructions at them.
@@ -130,9 +133,27 @@ void pack(Program& p, std::vector<Draft>& drafts) {
     operands += d.inputs.size() + d.outputs.size() + d.release_after.size();
     outputs += d.outputs.size();
   }
+  size_t pairs = 0, ints = 0;
+  for (const Draft& d : drafts) {
+    pairs += d.views.size() + d.inplace.size();
+    ints += d.shape_only_inputs.size() + d.value_inputs.size();
+  }
   p.operand_slots.reserve(operands);
   p.view_flags.reserve(outputs);
   p.dtypes.reserve(outputs);
+  p.trait_pairs.reserve(pairs);
+  p.trait_ints.reserve(ints);
+  p.traits.clear();
+  // Each list appended where the arrays' reserved room keeps every span taken before valid.
+  auto append = [](auto& array, const auto& list) {
+    const size_t at = array.size();
+    array.insert(array.end(), list.begin(), list.end());
+    return std::span<const typename std::decay_t<decltype(array)>::value_type>(array.data() + at, list.size());
+  };
+  for (const Draft& d : drafts)
+    p.traits.push_back({append(p.trait_pairs, d.views), append(p.trait_pairs, d.inplace),
+                        append(p.trait_ints, d.shape_only_inputs), append(p.trait_ints, d.value_inputs),
+                        d.may_fail_on_values, d.checks_values_before_writing});
   struct Extent {
     size_t inputs, outputs, release, first_output;
   };
@@ -199,7 +220,14 @@ Program emit_program(const std::vector<Var>& inputs, const std::vector<Var>& res
       d.outputs.push_back(slot(v.get()));
       d.output_dtypes.push_back(v->type.dtype);
     }
-    for (auto [out, in] : n->op->view_map()) d.output_is_view[static_cast<size_t>(out)] = 1;
+    const Op& op = *n->op;
+    d.views = op.view_map();
+    for (auto [out, in] : d.views) d.output_is_view[static_cast<size_t>(out)] = 1;
+    d.inplace = op.inplace_options();
+    d.shape_only_inputs = op.shape_only_inputs();
+    d.value_inputs = op.needs_input_values();
+    d.may_fail_on_values = op.may_fail_on_values();
+    d.checks_values_before_writing = op.checks_values_before_writing();
     code.push_back(std::move(d));
   };
   // Emits, in topological order, the nodes of one branch (or of the top level) and those of the
