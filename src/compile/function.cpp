@@ -492,8 +492,9 @@ Function function(std::vector<In> given_inputs, std::vector<Out> outputs, Functi
   const ModeCompiler inner_compiler(f->mode);  // for the graphs inside ops (a scan's body)
   Executables executables(MakeContext{&inner_compiler});
   stage("emit", [&] {
+    const SlotNumbering numbering(f->graph->inputs(), f->graph->outputs());
     for (Schedule& schedule : orders) {
-      f->schedules.push_back(emit_program(f->graph->inputs(), f->graph->outputs(), executables, std::move(schedule.order)));
+      f->schedules.push_back(emit_program(numbering, f->graph->outputs(), executables, std::move(schedule.order)));
       f->schedule_names.push_back(schedule.name);
       if (debug_level() >= 1) std::cerr << "kiln: schedule " << schedule.name << ":\n" << program_text(f->schedules.back());
     }
@@ -525,7 +526,7 @@ Function function(std::vector<In> given_inputs, std::vector<Out> outputs, Functi
       r.first_boundary_result = results.size();
       results.insert(results.end(), r.boundary.begin(), r.boundary.end());
     }
-    f->check_program = emit_program(f->graph->inputs(), results, executables);
+    f->check_program = emit_program(SlotNumbering(f->graph->inputs(), results), results, executables);
   }
   f->report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (debug_level() >= 1) std::cerr << "kiln: " << f->report.str();

@@ -31,8 +31,9 @@ class CompiledInner final : public InnerProgram {
     CompileReport report;
     for (const std::string& group : mode.groups()) apply_group(graph_, rewrite_group(group), report);
     Executables executables(MakeContext{&compiler});
+    const SlotNumbering numbering(graph_.inputs(), graph_.outputs());
     for (Schedule& schedule : candidate_orders(graph_.outputs()))
-      schedules_.push_back(emit_program(graph_.inputs(), graph_.outputs(), executables, std::move(schedule.order)));
+      schedules_.push_back(emit_program(numbering, graph_.outputs(), executables, std::move(schedule.order)));
   }
 
   int64_t arena_bytes(const std::vector<Shape>& input_shapes) const override { return plan(input_shapes)->arena_bytes; }

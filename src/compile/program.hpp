@@ -78,12 +78,26 @@ class Executables {
   std::unordered_map<const Node*, std::shared_ptr<const Executable>> made_;
 };
 
-// Numbers the values between inputs and results, orders the nodes (in `order`, a topological
-// order of the results' nodes; depth-first when empty) and marks each value's last reader. The
-// numbering does not depend on the order: programs of one graph in different orders share their
-// slots. The nodes that only one branch of an ifelse needs go into a block the program jumps over
-// when the other branch is taken (nested ifelse: blocks within blocks).
-Program emit_program(const std::vector<Var>& inputs, const std::vector<Var>& results, Executables& executables,
+// The value slots between a graph's inputs and results, numbered in one depth-first walk from the
+// results (inputs first, results not otherwise reached last), so that the programs of all its
+// schedules share them and none walks the graph again to number them.
+struct SlotNumbering {
+  SlotNumbering(const std::vector<Var>& inputs, const std::vector<Var>& results);
+  int of(const Variable* v) const { return slot_of.at(v); }
+
+  std::vector<Node*> depth_first;  // the walk's topological order of the results' nodes
+  std::unordered_map<const Variable*, int> slot_of;
+  std::vector<const Variable*> slot_vars;
+  std::vector<int> input_slots;
+  std::vector<std::pair<int, SharedContainer*>> shared_slots;
+  std::vector<std::pair<int, Tensor>> constant_slots;
+};
+
+// The program of the results' nodes in `order` (a topological order; depth-first when empty), which
+// marks each value's last reader. The nodes that only one branch of an ifelse needs go into a
+// block the program jumps over when the other branch is taken (nested ifelse: blocks within
+// blocks).
+Program emit_program(const SlotNumbering& slots, const std::vector<Var>& results, Executables& executables,
                      std::vector<Node*> order = {});
 
 // The program as text, one instruction per line ("3: tanh  s4 <- s2   built at main.cpp:12"),

@@ -62,6 +62,8 @@ struct BranchTree {
 
 BranchTree branch_tree(const std::vector<Node*>& order, const std::vector<Var>& results) {
   BranchTree tree;
+  const auto is_ifelse = [](const Node* n) { return dynamic_cast<const IfElse*>(n->op.get()) != nullptr; };
+  if (std::none_of(order.begin(), order.end(), is_ifelse)) return tree;  // every node is needed everywhere
   std::unordered_map<const Node*, int> readers_place;  // the meet of the readers seen so far
   // Ifelses on one condition, in one branch, share their branches: what only their then values
   // need runs when the condition holds, whichever of them reads it.
@@ -184,27 +186,34 @@ void pack(Program& p, std::vector<Draft>& drafts) {
 
 }  // namespace
 
-Program emit_program(const std::vector<Var>& inputs, const std::vector<Var>& results, Executables& executables,
-                     std::vector<Node*> order) {
-  Program p;
-  std::unordered_map<const Variable*, int> slot_of;
-  auto slot = [&](const Variable* v) {
-    auto [it, fresh] = slot_of.try_emplace(v, p.n_slots);
-    if (fresh) {
-      ++p.n_slots;
-      p.slot_vars.push_back(v);
-      if (v->constant) p.constant_slots.push_back({it->second, *v->constant});
-      if (v->shared) p.shared_slots.push_back({it->second, v->shared.get()});
-    }
+SlotNumbering::SlotNumbering(const std::vector<Var>& inputs, const std::vector<Var>& results)
+    : depth_first(topological_order_of_own(results)) {
+  auto number = [&](const Variable* v) {
+    auto [it, fresh] = slot_of.try_emplace(v, static_cast<int>(slot_vars.size()));
+    if (!fresh) return it->second;
+    slot_vars.push_back(v);
+    if (v->constant) constant_slots.push_back({it->second, *v->constant});
+    if (v->shared) shared_slots.push_back({it->second, v->shared.get()});
     return it->second;
   };
-  for (const Var& in : inputs) p.input_slots.push_back(slot(in.get()));
-  const std::vector<Node*> depth_first = topological_order_of_own(results);
+  for (const Var& in : inputs) input_slots.push_back(number(in.get()));
   for (const Node* n : depth_first) {
-    for (const Var& v : n->inputs) slot(v.get());
-    for (const auto& v : n->outputs) slot(v.get());
+    for (const Var& v : n->inputs) number(v.get());
+    for (const auto& v : n->outputs) number(v.get());
   }
-  if (order.empty()) order = depth_first;
+  for (const Var& r : results) number(r.get());
+}
+
+Program emit_program(const SlotNumbering& numbering, const std::vector<Var>& results, Executables& executables,
+                     std::vector<Node*> order) {
+  Program p;
+  p.n_slots = static_cast<int>(numbering.slot_vars.size());
+  p.slot_vars = numbering.slot_vars;
+  p.input_slots = numbering.input_slots;
+  p.shared_slots = numbering.shared_slots;
+  p.constant_slots = numbering.constant_slots;
+  auto slot = [&](const Variable* v) { return numbering.of(v); };
+  if (order.empty()) order = numbering.depth_first;
   const BranchTree tree = branch_tree(order, results);
 
   std::vector<Draft> code;
