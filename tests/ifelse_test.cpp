@@ -217,3 +217,25 @@ TEST(IfElse, WorkTwoIfElsesOnOneConditionShareRunsOnlyWhenTheirBranchIsTaken) {
   verify_grad([](const std::vector<Var>& in) { return sum(ifelse(sum(in[0]) < 0.0, sqrt(exp(in[0] * in[1])) * sin(in[1]), in[0])); },
               {vv, wv});
 }
+
+// A branch's work runs in the block of the ifelse on its condition that needs it, not in the first
+// one: work one ifelse needs would otherwise start its buffer's life sooner and raise the peak.
+// Sharing a condition must cost no memory that two conditions of equal value would not.
+TEST(IfElse, SharedConditionsPlanNoMoreMemoryThanDistinctOnes) {
+  Var x = vector("x", f64), y = vector("y", f64);
+  auto peak = [&](const Var& c, const Var& d, const std::vector<Var>& inputs) {
+    Var big = exp(x);  // only the second ifelse's then value reads it
+    Var t1 = sin(y) * 2.0, t2 = cos(t1) + t1;
+    Var a = ifelse(c, t2 * 3.0, y);
+    Var b = ifelse(d, big * a + 1.0, x);
+    Function f = function(std::vector<In>(inputs.begin(), inputs.end()), {b, a}, {.mode = plain_mode()});
+    std::vector<Tensor> args(inputs.size() - 2, Tensor::scalar(1.0));
+    args.push_back(Tensor::ones({1000}, f64));
+    args.push_back(Tensor::ones({1000}, f64));
+    const auto out = f(args);
+    expect_values(out[1], std::vector<double>(1000, 6 * std::sin(1.0) + 3 * std::cos(2 * std::sin(1.0))));
+    return f.memory_report().planned_peak_bytes;
+  };
+  Var c = scalar("c", f64), d = scalar("d", f64);
+  EXPECT_LE(peak(c, c, {c, x, y}), peak(c, d, {c, d, x, y}));
+}

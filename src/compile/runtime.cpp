@@ -53,11 +53,6 @@ struct BranchTree {
     auto it = sides.find(n);
     return it == sides.end() ? kEverywhere : then_side ? it->second.first : it->second.second;
   }
-  // Of the branches that hold b, the one directly within `within`.
-  int child_toward(int b, int within) const {
-    while (parent(b) != within) b = parent(b);
-    return b;
-  }
 };
 
 BranchTree branch_tree(const std::vector<Node*>& order, const std::vector<Var>& results) {
@@ -243,31 +238,43 @@ Program emit_program(const SlotNumbering& numbering, const std::vector<Var>& res
   // branches within it: an ifelse there brings its branches' nodes as two blocks: jump over the
   // first unless cond, run it, jump over the second.
   // Emits a block's nodes in topological order: those of one branch (or of the top level) and of
-  // the branches within it, each in a block of its own before the next ifelse on its condition
-  // (jump over the then block unless the condition holds, run it, jump over the else block). A
-  // branch's nodes may thus be split over the blocks of several ifelses on one condition; those
-  // whose own ifelse lies in a later one are returned, to go there.
-  std::function<std::vector<Node*>(const std::vector<Node*>&, int)> emit_block = [&](const std::vector<Node*>& block,
-                                                                                      int branch) {
+  // the branches within it, each in the block of the first ifelse on its condition that needs it
+  // (jump over the then block unless the condition holds, run it, jump over the else block): as
+  // late as it may run, as without shared branches, so that it holds no memory sooner.
+  std::function<void(const std::vector<Node*>&, int)> emit_block = [&](const std::vector<Node*>& block, int branch) {
     const bool conditional = branch != BranchTree::kEverywhere;
-    std::unordered_map<int, std::vector<Node*>> pending;  // of the branches directly within, not yet emitted
-    auto take = [&](int b) {
-      auto it = pending.find(b);
-      if (it == pending.end()) return std::vector<Node*>{};
-      std::vector<Node*> nodes = std::move(it->second);
-      pending.erase(it);
+    std::unordered_map<const Node*, size_t> waiting;  // nodes of the branches within, not yet emitted: their place in block
+    // The waiting nodes one side of an ifelse reads, in block order.
+    auto needed_by = [&](const Node* n, size_t first, size_t count) {
+      std::vector<std::pair<size_t, Node*>> found;
+      std::vector<const Node*> stack;
+      for (size_t i = first; i < first + count; ++i) stack.push_back(n->inputs[i].get()->owner);
+      while (!stack.empty()) {
+        const Node* x = stack.back();
+        stack.pop_back();
+        const auto it = x ? waiting.find(x) : waiting.end();
+        if (it == waiting.end()) continue;
+        found.push_back({it->second, block[it->second]});
+        waiting.erase(it);
+        for (const Var& v : x->inputs) stack.push_back(v.get()->owner);
+      }
+      std::sort(found.begin(), found.end());
+      std::vector<Node*> nodes;
+      for (const auto& [position, x] : found) nodes.push_back(x);
       return nodes;
     };
-    auto emit_branch = [&](std::vector<Node*> nodes, int b) {
-      if (std::vector<Node*> later = emit_block(nodes, b); !later.empty()) pending[b] = std::move(later);
-    };
-    for (Node* n : block) {
-      if (const int place = tree.place_of(n); place != branch) {
-        pending[tree.child_toward(place, branch)].push_back(n);
+    for (size_t position = 0; position < block.size(); ++position) {
+      Node* n = block[position];
+      if (tree.place_of(n) != branch) {
+        waiting.emplace(n, position);
         continue;
       }
-      const int then_branch = tree.branch_of_ifelse(n, true), else_branch = tree.branch_of_ifelse(n, false);
-      std::vector<Node*> then_nodes = take(then_branch), else_nodes = take(else_branch);
+      std::vector<Node*> then_nodes, else_nodes;
+      if (const auto* op = dynamic_cast<const IfElse*>(n->op.get()); op && !waiting.empty()) {
+        const size_t values = static_cast<size_t>(op->n());
+        then_nodes = needed_by(n, 1, values);
+        else_nodes = needed_by(n, 1 + values, values);
+      }
       if (!then_nodes.empty() || !else_nodes.empty()) {
         Draft skip_then;
         skip_then.ins.kind = Instruction::Kind::jump_if_false;
@@ -275,25 +282,23 @@ Program emit_program(const SlotNumbering& numbering, const std::vector<Var>& res
         skip_then.ins.conditional = conditional;
         const size_t jif = code.size();
         code.push_back(std::move(skip_then));
-        if (!then_nodes.empty()) emit_branch(std::move(then_nodes), then_branch);
+        if (!then_nodes.empty()) emit_block(then_nodes, tree.branch_of_ifelse(n, true));
         Draft skip_else;
         skip_else.ins.kind = Instruction::Kind::jump;
         skip_else.ins.conditional = conditional;
         const size_t jmp = code.size();
         code.push_back(std::move(skip_else));
         code[jif].ins.target = static_cast<int>(code.size());
-        if (!else_nodes.empty()) emit_branch(std::move(else_nodes), else_branch);
+        if (!else_nodes.empty()) emit_block(else_nodes, tree.branch_of_ifelse(n, false));
         code[jmp].ins.target = static_cast<int>(code.size());
       }
       emit_node(n, conditional);
     }
-    std::vector<Node*> later;
-    for (auto& [b, nodes] : pending) later.insert(later.end(), nodes.begin(), nodes.end());
-    return later;
+    if (!waiting.empty()) throw Error("kiln internal error: a node of a branch is needed by no ifelse on its condition");
   };
 
-  if (!emit_block(order, BranchTree::kEverywhere).empty())
-    throw Error("kiln internal error: nodes of a branch come after every ifelse on its condition");
+
+  emit_block(order, BranchTree::kEverywhere);
   for (const Var& r : results) p.result_slots.push_back(slot(r.get()));
 
   std::unordered_set<int> kept(p.result_slots.begin(), p.result_slots.end());
