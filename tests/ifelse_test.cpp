@@ -239,3 +239,21 @@ TEST(IfElse, SharedConditionsPlanNoMoreMemoryThanDistinctOnes) {
   Var c = scalar("c", f64), d = scalar("d", f64);
   EXPECT_LE(peak(c, c, {c, x, y}), peak(c, d, {c, d, x, y}));
 }
+
+// An ifelse's shape is worked out without its value (fast_run's shape_without_value) as an ifelse
+// of its branches' shapes, as lazy as the values: the shape work of a branch that cannot run (a
+// product whose shapes do not align) must not run either, nor make its gradient fail.
+TEST(IfElse, TheShapeOfABranchNotTakenIsNotWorkedOut) {
+  Var c = scalar("c", f64), x = matrix("x", f64), y = matrix("y", f64);
+  Var z = ifelse(c, dot(x, y) + 1.0, x * 2.0);
+  Var z1 = ifelse(c, dot(x, y) + 1.0, x * 2.0), z2 = ifelse(c, dot(x, y) * 2.0, x * 3.0);
+  const Var gx = grad(sum(z1) + sum(z2), x);
+  const Tensor misaligned = Tensor::ones({2, 3}, f64);
+  for (const Mode& mode : {Mode::fast_run(), Mode::fast_compile(), plain_mode(), Mode::debug()}) {
+    Function f = function({c, x, y}, {shape_of(z), mean(z), gx}, {.mode = mode});
+    const auto out = f(Tensor::scalar(0.0), misaligned, misaligned);
+    expect_values(out[0], {2, 3});
+    expect_values(out[1], {2});
+    expect_values(out[2], std::vector<double>(6, 5.0));
+  }
+}

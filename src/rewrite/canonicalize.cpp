@@ -3,6 +3,7 @@
 
 #include "graph/op.hpp"
 #include "kiln/ops.hpp"
+#include "ops/ifelse.hpp"
 #include "ops/reduce.hpp"
 #include "ops/shape.hpp"
 #include "rewrite/catalogue.hpp"
@@ -157,6 +158,21 @@ int64_t shape_without_value(FunctionGraph& graph) {
       // keep shape_of, which planning answers from the compiled node.
       if (!producer || producer->op->inner_graph()) {
         memo.emplace(v.get(), shape_of(v, loc));
+        continue;
+      }
+      // An ifelse's shape is the taken branch's: chosen by an ifelse too, so that the shape work
+      // of the branch not taken is as lazy as its values (a product whose shapes do not align
+      // there fails only if it runs).
+      if (const auto* branches = dynamic_cast<const IfElse*>(producer->op.get())) {
+        const Var &then_value = producer->inputs[1 + v.get()->index],
+                  &else_value = producer->inputs[1 + static_cast<size_t>(branches->n()) + v.get()->index];
+        if (!expanded) {
+          stack.push_back({v, true});
+          stack.push_back({then_value, false});
+          stack.push_back({else_value, false});
+          continue;
+        }
+        memo.emplace(v.get(), ifelse(producer->inputs[0], memo.at(then_value.get()), memo.at(else_value.get()), loc));
         continue;
       }
       const std::vector<bool> read_values = value_inputs(*producer);
