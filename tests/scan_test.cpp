@@ -571,3 +571,32 @@ TEST(ScanRop, AGaussNewtonProductThroughALoopIsTwoPasses) {
                                random_tensor({3, 3}, f64, -1, 1, 10)};
   expect_values(f(at)[1], eval1({X, h0, W, v}, expected, at).to_vector<double>(), 1e-10);
 }
+
+// An ifelse in a loop's body, then an op that broadcasts: the body's gradient sums back to the
+// ifelse's shape, which is an ifelse of the branches' shapes. Equal, they are known when the body
+// is planned, whichever branch runs (fast_run had raised "an inner graph computes an output whose
+// shape is known only while it runs").
+TEST(Scan, GradientOfABodyWithAnIfElseInEveryMode) {
+  auto loss = [](const std::vector<Var>& in) {
+    const Var xs = constant(Tensor::from({0.5, -1.0, 2.0}, {3}));
+    const Var w = in[1];
+    ScanResult r = scan(
+        [&](const std::vector<Var>& a) {
+          const Var xt = a[0], h = a[1];
+          const Var once = ifelse(xt > 0.0, h * xt, sin(h)) * w;
+          return std::vector<Var>{ifelse(xt > 0.0, once * 2.0, once + 1.0)};
+        },
+        {.sequences = {xs}, .outputs_info = {in[0]}, .non_sequences = {w}});
+    return sum(r.outputs[0]);
+  };
+  Var h0 = vector("h0", f64), w = vector("w", f64);
+  const Var cost = loss({h0, w});
+  const std::vector<Var> grads = grad(cost, {h0, w});
+  const Tensor h0v = Tensor::from({1.5, 2.0}, {2}), wv = Tensor::from({0.5, 0.25}, {2});
+  const auto expected = function({h0, w}, {cost, grads[0], grads[1]}, {.mode = plain_mode()})(h0v, wv);
+  for (const Mode& mode : {Mode::fast_run(), Mode::fast_compile()}) {
+    const auto out = function({h0, w}, {cost, grads[0], grads[1]}, {.mode = mode})(h0v, wv);
+    for (size_t i = 0; i < out.size(); ++i) expect_values(out[i], expected[i].to_vector<double>());
+  }
+  verify_grad(loss, {h0v, wv});
+}

@@ -103,18 +103,22 @@ SlotFacts infer_slot_facts(const Program& p, const std::vector<Shape>& input_sha
       continue;
     }
     const bool reads_shapes_only = dynamic_cast<const ShapeOf*>(&op) != nullptr;
-    if (produces_integers(ins) && (all_values || reads_shapes_only)) {
-      std::vector<Tensor> inputs, outputs;
-      for (size_t i = 0; i < ins.inputs.size(); ++i)
-        inputs.push_back(values[i] ? *values[i] : shape_only(shapes[i], p.slot_vars[ins.inputs[i]]->type.dtype));
-      try {
-        outputs = evaluate_node(*ins.node, *ins.executable, inputs, cpu_backend());
-      } catch (const Error&) {
-        if (ins.conditional) continue;
-        throw;
-      }
-      for (size_t o = 0; o < outputs.size(); ++o) facts.value[ins.outputs[o]] = outputs[o].contiguous().clone();
+    if (!produces_integers(ins)) continue;
+    if (!all_values && !reads_shapes_only) {
+      const std::vector<Tensor> known = op.values_from_known_inputs(values);
+      for (size_t o = 0; o < known.size(); ++o) facts.value[ins.outputs[o]] = known[o];
+      continue;
     }
+    std::vector<Tensor> inputs, outputs;
+    for (size_t i = 0; i < ins.inputs.size(); ++i)
+      inputs.push_back(values[i] ? *values[i] : shape_only(shapes[i], p.slot_vars[ins.inputs[i]]->type.dtype));
+    try {
+      outputs = evaluate_node(*ins.node, *ins.executable, inputs, cpu_backend());
+    } catch (const Error&) {
+      if (ins.conditional) continue;
+      throw;
+    }
+    for (size_t o = 0; o < outputs.size(); ++o) facts.value[ins.outputs[o]] = outputs[o].contiguous().clone();
   }
   return facts;
 }

@@ -143,8 +143,8 @@ std::vector<Var> backprop(const std::vector<std::pair<Var, Var>>& seeds, const s
           const Var& in = n->inputs[static_cast<size_t>(1 + i + (then_side ? 0 : branches->n()))];
           if (!depends.count(in.get()) || !is_float(in.dtype())) continue;
           const Branch taken{n, then_side};
-          const Var g = !where || *where == taken ? gouts[static_cast<size_t>(i)]
-                                                  : Gradient{{}, {{*where, gouts[static_cast<size_t>(i)]}}}.value(out);
+          Var g = gouts[static_cast<size_t>(i)];
+          if (where && !(*where == taken)) g = Gradient{{}, {{*where, g}}}.value(out);
           accumulate(in, then_side ? ifelse(c, g, zeros_like(in, n->loc), n->loc) : ifelse(c, zeros_like(in, n->loc), g, n->loc),
                      taken);
         }

@@ -97,6 +97,14 @@ class Op {
     return std::nullopt;
   }
 
+  // The outputs' values where they follow from the inputs whose values are known (the others
+  // null) although not all are: an ifelse whose branches' values are known and equal gives them,
+  // whichever branch its condition takes. Empty where they do not follow.
+  virtual std::vector<Tensor> values_from_known_inputs(const std::vector<const Tensor*>& values) const {
+    (void)values;
+    return {};
+  }
+
   // Whether running it may reject its inputs' values and not only their shapes (an index or a label
   // out of range), which planning cannot rule out. The planner writes a shared variable in place
   // only after the last such op, so a call that fails leaves every shared variable as it was.

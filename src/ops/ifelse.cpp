@@ -38,6 +38,18 @@ std::vector<Shape> IfElse::infer_shapes(const std::vector<Shape>& in, const std:
   return std::vector<Shape>(in.begin() + first, in.begin() + first + n_);
 }
 
+std::vector<Tensor> IfElse::values_from_known_inputs(const std::vector<const Tensor*>& values) const {
+  std::vector<Tensor> known;
+  for (int i = 0; i < n_; ++i) {
+    const Tensor *then_value = values.at(static_cast<size_t>(1 + i)), *else_value = values.at(static_cast<size_t>(1 + n_ + i));
+    if (!then_value || !else_value || then_value->dtype() != else_value->dtype() ||
+        then_value->shape() != else_value->shape() || then_value->to_vector<double>() != else_value->to_vector<double>())
+      return {};
+    known.push_back(*then_value);
+  }
+  return known;
+}
+
 namespace {
 
 class IfElseKernel final : public KernelOf<IfElse> {

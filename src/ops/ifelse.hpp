@@ -17,6 +17,7 @@ class IfElse final : public Op {
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
   std::vector<int> needs_input_values() const override { return {0}; }
   bool infers_shapes_without_values() const override { return true; }
+  std::vector<Tensor> values_from_known_inputs(const std::vector<const Tensor*>& values) const override;
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
   bool may_fail_on_values() const override { return false; }
 
