@@ -257,3 +257,35 @@ TEST(IfElse, TheShapeOfABranchNotTakenIsNotWorkedOut) {
     expect_values(out[2], std::vector<double>(6, 5.0));
   }
 }
+
+// A guard within a guard: the gradient of an ifelse in a branch of an ifelse on another condition
+// counts only where both branches are taken. Where the outer one is not, the inner branch's work
+// (derivative infinite or undefined there, or shapes that do not align) adds exactly zero and
+// does not run: it gave NaN (0 times the derivative of sqrt at a negative argument).
+TEST(IfElse, AGuardWithinAGuardAddsNothingWhereTheOuterBranchIsNotTaken) {
+  Var x = scalar("x", f64), y = scalar("y", f64);
+  Var z = ifelse(x > 0.0, ifelse(y > 0.0, sqrt(x * y), x * 0.0), y * 2.0);
+  const std::vector<Var> g = grad(z, {x, y});
+  Var a = matrix("a", f64), b = matrix("b", f64), c = scalar("c", f64), d = scalar("d", f64);
+  const Var ga = grad(sum(ifelse(c, ifelse(d, dot(a, b), a * 2.0), a * 3.0)), a);
+  const Tensor misaligned = Tensor::ones({2, 3}, f64);
+  for (const Mode& mode : {Mode::fast_run(), Mode::fast_compile(), plain_mode()}) {
+    Function f = function({x, y}, {z, g[0], g[1]}, {.mode = mode});
+    auto out = f(Tensor::scalar(-1.0), Tensor::scalar(2.0));
+    expect_values(out[0], {4});
+    expect_values(out[1], {0});
+    expect_values(out[2], {2});
+    out = f(Tensor::scalar(2.0), Tensor::scalar(8.0));
+    expect_values(out[1], {1});  // d sqrt(xy) / dx = y / (2 sqrt(xy))
+    expect_values(out[2], {0.25});
+    Function h = function({c, d, a, b}, {ga}, {.mode = mode});
+    expect_values(h(Tensor::scalar(0.0), Tensor::scalar(1.0), misaligned, misaligned)[0], std::vector<double>(6, 3.0));
+    expect_values(h(Tensor::scalar(1.0), Tensor::scalar(0.0), misaligned, misaligned)[0], std::vector<double>(6, 2.0));
+  }
+  verify_grad([](const std::vector<Var>& in) {
+    return ifelse(in[0] > 0.0, ifelse(in[1] > 0.0, sqrt(in[0] * in[1]), in[0] * 0.5), in[1] * 2.0);
+  }, {Tensor::scalar(2.0), Tensor::scalar(8.0)});
+  verify_grad([](const std::vector<Var>& in) {
+    return ifelse(in[0] > 0.0, ifelse(in[1] > 0.0, sqrt(in[0] * in[1]), in[0] * 0.5), in[1] * 2.0);
+  }, {Tensor::scalar(2.0), Tensor::scalar(-3.0)});
+}

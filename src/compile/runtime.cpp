@@ -32,13 +32,11 @@ struct BranchTree {
     int depth;
   };
   std::vector<Branch> branches;
-  std::unordered_map<const Node*, int> place;                    // nodes absent are needed everywhere
-  std::unordered_map<const Node*, std::pair<int, int>> sides;  // an ifelse's (then, else) branches
+  // By the node's position in the order emitted (Node::position); empty when there is no ifelse.
+  std::vector<int> place;
+  std::vector<std::pair<int, int>> sides;  // an ifelse's (then, else) branches
 
-  int place_of(const Node* n) const {
-    auto it = place.find(n);
-    return it == place.end() ? kEverywhere : it->second;
-  }
+  int place_of(const Node* n) const { return place.empty() ? kEverywhere : place[static_cast<size_t>(n->position)]; }
   int depth(int b) const { return b == kEverywhere ? 0 : branches[static_cast<size_t>(b)].depth; }
   int parent(int b) const { return branches[static_cast<size_t>(b)].parent; }
   // The innermost branch holding both (kEverywhere at the top).
@@ -50,26 +48,30 @@ struct BranchTree {
   }
   // The branch of an ifelse's then or else side (kEverywhere for any other node).
   int branch_of_ifelse(const Node* n, bool then_side) const {
-    auto it = sides.find(n);
-    return it == sides.end() ? kEverywhere : then_side ? it->second.first : it->second.second;
+    if (sides.empty()) return kEverywhere;
+    const auto& [then_branch, else_branch] = sides[static_cast<size_t>(n->position)];
+    return then_side ? then_branch : else_branch;
   }
 };
 
+// The order's nodes carry their positions in it (Node::position).
 BranchTree branch_tree(const std::vector<Node*>& order, const std::vector<Var>& results) {
   BranchTree tree;
   const auto is_ifelse = [](const Node* n) { return dynamic_cast<const IfElse*>(n->op.get()) != nullptr; };
   if (std::none_of(order.begin(), order.end(), is_ifelse)) return tree;  // every node is needed everywhere
-  std::unordered_map<const Node*, int> readers_place;  // the meet of the readers seen so far
+  constexpr int kNoReader = -2;
+  tree.place.assign(order.size(), BranchTree::kEverywhere);
+  tree.sides.assign(order.size(), {BranchTree::kEverywhere, BranchTree::kEverywhere});
+  std::vector<int> readers_place(order.size(), kNoReader);  // the meet of the readers seen so far
   // Ifelses on one condition, in one branch, share their branches: what only their then values
   // need runs when the condition holds, whichever of them reads it.
   std::map<std::pair<const Variable*, int>, std::pair<int, int>> by_condition;
   for (const Var& r : results)
-    if (const Node* n = r.get()->owner) readers_place[n] = BranchTree::kEverywhere;
+    if (const Node* n = r.get()->owner) readers_place[static_cast<size_t>(n->position)] = BranchTree::kEverywhere;
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     const Node* n = *it;
-    const auto found = readers_place.find(n);
-    const int here = found == readers_place.end() ? BranchTree::kEverywhere : found->second;
-    if (here != BranchTree::kEverywhere) tree.place[n] = here;
+    const int here = std::max(readers_place[static_cast<size_t>(n->position)], static_cast<int>(BranchTree::kEverywhere));
+    tree.place[static_cast<size_t>(n->position)] = here;
     const auto* op = dynamic_cast<const IfElse*>(n->op.get());
     std::pair<int, int> own{here, here};
     if (op) {
@@ -81,14 +83,14 @@ BranchTree branch_tree(const std::vector<Node*>& order, const std::vector<Var>& 
         sides->second = {static_cast<int>(tree.branches.size()) - 2, static_cast<int>(tree.branches.size()) - 1};
       }
       own = sides->second;
-      tree.sides[n] = own;
+      tree.sides[static_cast<size_t>(n->position)] = own;
     }
     for (size_t i = 0; i < n->inputs.size(); ++i) {
       const Node* producer = n->inputs[i].get()->owner;
       if (!producer) continue;
       const int edge = !op || i == 0 ? here : i <= static_cast<size_t>(op->n()) ? own.first : own.second;
-      auto [at, fresh] = readers_place.try_emplace(producer, edge);
-      if (!fresh) at->second = tree.common(at->second, edge);
+      int& meet = readers_place[static_cast<size_t>(producer->position)];
+      meet = meet == kNoReader ? edge : tree.common(meet, edge);
     }
   }
   return tree;
@@ -209,6 +211,7 @@ Program emit_program(const SlotNumbering& numbering, const std::vector<Var>& res
   p.constant_slots = numbering.constant_slots;
   auto slot = [&](const Variable* v) { return numbering.of(v); };
   if (order.empty()) order = numbering.depth_first;
+  for (size_t i = 0; i < order.size(); ++i) order[i]->position = static_cast<int32_t>(i);
   const BranchTree tree = branch_tree(order, results);
 
   std::vector<Draft> code;
@@ -241,9 +244,15 @@ Program emit_program(const SlotNumbering& numbering, const std::vector<Var>& res
   // the branches within it, each in the block of the first ifelse on its condition that needs it
   // (jump over the then block unless the condition holds, run it, jump over the else block): as
   // late as it may run, as without shared branches, so that it holds no memory sooner.
+  // The nodes of the branches within the block being emitted that are not emitted yet: by
+  // position, the emit_block call whose block they wait in, and their place in that block.
+  std::vector<int> waiting_in(tree.place.size(), -1);
+  std::vector<size_t> place_in_block(tree.place.size());
+  int calls = 0;
   std::function<void(const std::vector<Node*>&, int)> emit_block = [&](const std::vector<Node*>& block, int branch) {
     const bool conditional = branch != BranchTree::kEverywhere;
-    std::unordered_map<const Node*, size_t> waiting;  // nodes of the branches within, not yet emitted: their place in block
+    const int call = calls++;
+    size_t waiting = 0;
     // The waiting nodes one side of an ifelse reads, in block order.
     auto needed_by = [&](const Node* n, size_t first, size_t count) {
       std::vector<std::pair<size_t, Node*>> found;
@@ -252,10 +261,11 @@ Program emit_program(const SlotNumbering& numbering, const std::vector<Var>& res
       while (!stack.empty()) {
         const Node* x = stack.back();
         stack.pop_back();
-        const auto it = x ? waiting.find(x) : waiting.end();
-        if (it == waiting.end()) continue;
-        found.push_back({it->second, block[it->second]});
-        waiting.erase(it);
+        if (!x || waiting_in[static_cast<size_t>(x->position)] != call) continue;
+        waiting_in[static_cast<size_t>(x->position)] = -1;
+        --waiting;
+        const size_t at = place_in_block[static_cast<size_t>(x->position)];
+        found.push_back({at, block[at]});
         for (const Var& v : x->inputs) stack.push_back(v.get()->owner);
       }
       std::sort(found.begin(), found.end());
@@ -266,11 +276,13 @@ Program emit_program(const SlotNumbering& numbering, const std::vector<Var>& res
     for (size_t position = 0; position < block.size(); ++position) {
       Node* n = block[position];
       if (tree.place_of(n) != branch) {
-        waiting.emplace(n, position);
+        waiting_in[static_cast<size_t>(n->position)] = call;
+        place_in_block[static_cast<size_t>(n->position)] = position;
+        ++waiting;
         continue;
       }
       std::vector<Node*> then_nodes, else_nodes;
-      if (const auto* op = dynamic_cast<const IfElse*>(n->op.get()); op && !waiting.empty()) {
+      if (const auto* op = dynamic_cast<const IfElse*>(n->op.get()); op && waiting > 0) {
         const size_t values = static_cast<size_t>(op->n());
         then_nodes = needed_by(n, 1, values);
         else_nodes = needed_by(n, 1 + values, values);
@@ -294,7 +306,7 @@ Program emit_program(const SlotNumbering& numbering, const std::vector<Var>& res
       }
       emit_node(n, conditional);
     }
-    if (!waiting.empty()) throw Error("kiln internal error: a node of a branch is needed by no ifelse on its condition");
+    if (waiting > 0) throw Error("kiln internal error: a node of a branch is needed by no ifelse on its condition");
   };
 
 

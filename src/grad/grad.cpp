@@ -1,4 +1,8 @@
 #include <algorithm>
+#include <deque>
+#include <functional>
+#include <map>
+#include <tuple>
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
@@ -16,56 +20,104 @@ namespace kiln {
 
 namespace {
 
-// A branch of an ifelse: its node and which side.
+// A branch of an ifelse: its node and which side. Branches on one condition and side are one.
 struct Branch {
   const Node* ifelse;
   bool then_side;
-  bool operator==(const Branch& other) const {
-    return ifelse->inputs[0].get() == other.ifelse->inputs[0].get() && then_side == other.then_side;
-  }
+  const Variable* condition() const { return ifelse->inputs[0].get(); }
 };
-using Where = std::optional<Branch>;  // everywhere, or only where that branch is taken
 
-// A gradient being accumulated: terms that count everywhere, and per branch the sum of terms that
-// count only where it is taken (zero elsewhere, whatever their value there).
+// Where a gradient term counts: everywhere (the root, null), or only where every branch on the
+// path from the root is taken (zero elsewhere, whatever its value there). Paths are interned, one
+// node per branch within a path, so extending one is a lookup and comparing two is comparing
+// pointers, however deeply branches nest.
+struct PathNode {
+  const PathNode* parent;
+  Branch branch;
+  int depth;
+};
+using Path = const PathNode*;
+
+class Paths {
+ public:
+  Path extend(Path path, const Branch& b) {
+    auto [it, fresh] = index_.try_emplace({path, b.condition(), b.then_side}, nullptr);
+    if (fresh) it->second = &nodes_.emplace_back(PathNode{path, b, depth(path) + 1});
+    return it->second;
+  }
+  static int depth(Path p) { return p ? p->depth : 0; }
+  // The innermost path both lie on.
+  static Path common(Path a, Path b) {
+    while (depth(a) > depth(b)) a = a->parent;
+    while (depth(b) > depth(a)) b = b->parent;
+    while (a != b) a = a->parent, b = b->parent;
+    return a;
+  }
+  // The branch of the path on this condition, if any.
+  static const Branch* on_condition(Path p, const Variable* condition) {
+    for (; p; p = p->parent)
+      if (p->branch.condition() == condition) return &p->branch;
+    return nullptr;
+  }
+
+ private:
+  std::deque<PathNode> nodes_;
+  std::map<std::tuple<Path, const Variable*, bool>, Path> index_;
+};
+
+// A gradient being accumulated: one sum per path where its terms count.
 struct Gradient {
-  Var everywhere;
-  std::vector<std::pair<Branch, Var>> in_branches;
-  void add(const Var& g, const Where& where) {
-    if (!where) {
-      everywhere = everywhere.defined() ? everywhere + g : g;
-      return;
-    }
-    for (auto& [branch, sum] : in_branches)
-      if (branch == *where) {
+  std::vector<std::pair<Path, Var>> terms;
+
+  void add(const Var& g, Path path) {
+    for (auto& [p, sum] : terms)
+      if (p == path) {
         sum = sum + g;
         return;
       }
-    in_branches.push_back({*where, g});
+    terms.push_back({path, g});
   }
-  // The gradient of `of` as one value: each branch's sum becomes ifelse(c, sum, 0) (or
-  // ifelse(c, 0, sum)); the zeros take of's shape, as the sum's may be the other branch's where
-  // this one is not taken.
-  Var value(const Var& of) const {
-    Var total = everywhere;
-    for (const auto& [b, sum] : in_branches) {
-      const DerivedFrom derived(*b.ifelse, Derivation::gradient);
-      const Var& c = b.ifelse->inputs[0];
-      const Var v = b.then_side ? ifelse(c, sum, zeros_like(of, b.ifelse->loc), b.ifelse->loc)
-                                : ifelse(c, zeros_like(of, b.ifelse->loc), sum, b.ifelse->loc);
-      total = total.defined() ? total + v : v;
+  // The innermost path every term lies on.
+  Path common() const {
+    Path common = terms.front().first;
+    for (const auto& [p, sum] : terms) common = Paths::common(common, p);
+    return common;
+  }
+  // The gradient of `of` as one value where `from` (a path every term lies on) is taken: the sums
+  // of deeper paths are wrapped, innermost first, in ifelse(c, sum, 0) (or ifelse(c, 0, sum)) for
+  // each branch below `from`; the zeros take of's shape, as the sum's may be the other branch's
+  // where this one is not taken.
+  Var value(const Var& of, Path from) const {
+    auto deeper = [](Path a, Path b) {
+      return Paths::depth(a) != Paths::depth(b) ? Paths::depth(a) > Paths::depth(b) : std::less<Path>()(a, b);
+    };
+    std::map<Path, Var, decltype(deeper)> sums(deeper);
+    auto add_to = [&](Path p, const Var& v) {
+      auto [it, fresh] = sums.try_emplace(p, v);
+      if (!fresh) it->second = it->second + v;
+    };
+    for (const auto& [p, sum] : terms) add_to(p, sum);
+    while (sums.begin()->first != from) {
+      const auto [p, sum] = *sums.begin();
+      sums.erase(sums.begin());
+      const Node& n = *p->branch.ifelse;
+      const DerivedFrom derived(n, Derivation::gradient);
+      const Var& c = n.inputs[0];
+      add_to(p->parent, p->branch.then_side ? ifelse(c, sum, zeros_like(of, n.loc), n.loc)
+                                            : ifelse(c, zeros_like(of, n.loc), sum, n.loc));
     }
-    return total;
+    return sums.begin()->second;
   }
 };
 
 }  // namespace
 
 // A node whose outputs' gradients all count only within the same branches (the work only a branch
-// reads) is differentiated within them too: its L_op runs on the sums and what it gives its inputs
-// counts only there. So where a branch is not taken it adds exactly zero, never a zero cotangent
-// times a derivative that is infinite or undefined there (grad(ifelse(x > 0, sqrt(x), 0), x) at
-// x = -1 is 0, not NaN); the ifelse wrapping comes only where a value is also read elsewhere.
+// reads, nested branches included) is differentiated within them too: its L_op runs on the sums
+// and what it gives its inputs counts only there. So where a branch is not taken it adds exactly
+// zero, never a zero cotangent times a derivative that is infinite or undefined there
+// (grad(ifelse(x > 0, sqrt(x), 0), x) at x = -1 is 0, not NaN), and the work of a branch not taken
+// never runs; the ifelse wrapping comes only where a value is also read elsewhere.
 std::vector<Var> backprop(const std::vector<std::pair<Var, Var>>& seeds, const std::vector<Var>& wrt) {
   std::vector<Var> roots;
   for (const auto& s : seeds) roots.push_back(s.first);
@@ -81,10 +133,11 @@ std::vector<Var> backprop(const std::vector<std::pair<Var, Var>>& seeds, const s
       for (auto& out : n->outputs) depends.insert(out.get());
   }
 
+  Paths paths;
   std::unordered_map<const Variable*, Gradient> grads;
-  auto accumulate = [&](const Var& v, const Var& g, const Where& where) { grads[v.get()].add(g, where); };
+  auto accumulate = [&](const Var& v, const Var& g, Path where) { grads[v.get()].add(g, where); };
   for (const auto& [root, seed] : seeds)
-    if (depends.count(root.get())) accumulate(root, seed, {});
+    if (depends.count(root.get())) accumulate(root, seed, nullptr);
 
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node* n = *it;
@@ -99,23 +152,14 @@ std::vector<Var> backprop(const std::vector<std::pair<Var, Var>>& seeds, const s
     for (const Var& in : n->inputs) any_input_depends |= depends.count(in.get()) > 0;
     if (!any_grad || !any_input_depends) continue;
     const DerivedFrom derived(*n, Derivation::gradient);
-    // Within a branch when every output's gradient is one sum within the same one.
-    const Branch* within = nullptr;
-    bool all_within = true;
-    for (const Gradient* g : found) {
-      if (!g) continue;
-      if (g->everywhere.defined() || g->in_branches.size() != 1 || (within && !(*within == g->in_branches[0].first))) {
-        all_within = false;
-        break;
-      }
-      within = &g->in_branches[0].first;
-    }
-    const Where where = all_within ? Where(*within) : std::nullopt;
+    // Within the branches every term of every output's gradient lies in, the node is
+    // differentiated there: its L_op runs on the sums from that path on.
+    std::optional<Path> common;
+    for (const Gradient* g : found)
+      if (g) common = common ? Paths::common(*common, g->common()) : g->common();
+    const Path where = *common;
     std::vector<Var> gouts;
-    for (size_t o = 0; o < found.size(); ++o) {
-      const Gradient* g = found[o];
-      gouts.push_back(!g ? Var() : all_within ? g->in_branches[0].second : g->value(n->output(o)));
-    }
+    for (size_t o = 0; o < found.size(); ++o) gouts.push_back(found[o] ? found[o]->value(n->output(o), where) : Var());
     // A chain with a stable form (log(1 + exp(x)), ...) is differentiated in that form, straight to
     // the values it reads: the chain's own gradient overflows where its value did. Not when a wrt
     // lies inside the chain: its gradient is asked for.
@@ -128,25 +172,23 @@ std::vector<Var> backprop(const std::vector<std::pair<Var, Var>>& seeds, const s
       continue;
     }
     if (const auto* branches = dynamic_cast<const IfElse*>(n->op.get())) {
-      // Each branch's value gets the output's gradient, counting only where that branch is taken.
-      // Within a branch on the same condition and side it stays within that one; within another it
-      // is made one value first (a gradient counts within one branch at most), so a chain of
-      // ifelses, each in a branch of the next, costs one ifelse per step in its gradient.
-      // The gradient is given as ifelse(c, g, 0): the branch's shape even where the other branch,
-      // of another shape, is taken, so its work never fails should it run (where the program cannot
-      // skip it: work two branches on one condition share runs before either).
+      // Each branch's value gets the output's gradient, counting only where that branch is taken
+      // too: the path goes one branch deeper (within a branch on the same condition, it is that
+      // branch, or, on its other side, never taken: nothing to add). The gradient is given as
+      // ifelse(c, g, 0): the branch's shape even where the other branch, of another shape, is
+      // taken, so its work never fails should it run.
       const Var& c = n->inputs[0];
       for (int i = 0; i < branches->n(); ++i) {
         if (!gouts[static_cast<size_t>(i)].defined()) continue;
-        const Var& out = n->output(static_cast<size_t>(i));
         for (bool then_side : {true, false}) {
           const Var& in = n->inputs[static_cast<size_t>(1 + i + (then_side ? 0 : branches->n()))];
           if (!depends.count(in.get()) || !is_float(in.dtype())) continue;
-          const Branch taken{n, then_side};
-          Var g = gouts[static_cast<size_t>(i)];
-          if (where && !(*where == taken)) g = Gradient{{}, {{*where, g}}}.value(out);
+          const Branch* on_condition = Paths::on_condition(where, c.get());
+          if (on_condition && on_condition->then_side != then_side) continue;
+          const Path path = on_condition ? where : paths.extend(where, Branch{n, then_side});
+          const Var& g = gouts[static_cast<size_t>(i)];
           accumulate(in, then_side ? ifelse(c, g, zeros_like(in, n->loc), n->loc) : ifelse(c, zeros_like(in, n->loc), g, n->loc),
-                     taken);
+                     path);
         }
       }
       continue;
@@ -165,7 +207,7 @@ std::vector<Var> backprop(const std::vector<std::pair<Var, Var>>& seeds, const s
   std::vector<Var> out;
   for (const Var& w : wrt) {
     auto g = grads.find(w.get());
-    out.push_back(g == grads.end() ? Var() : g->second.value(w));
+    out.push_back(g == grads.end() ? Var() : g->second.value(w, nullptr));
   }
   return out;
 }
