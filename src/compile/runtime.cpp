@@ -240,77 +240,125 @@ Program emit_program(const SlotNumbering& numbering, const std::vector<Var>& res
   // Emits, in topological order, the nodes of one branch (or of the top level) and those of the
   // branches within it: an ifelse there brings its branches' nodes as two blocks: jump over the
   // first unless cond, run it, jump over the second.
-  // Emits a block's nodes in topological order: those of one branch (or of the top level) and of
-  // the branches within it, each in the block of the first ifelse on its condition that needs it
+  // The nodes placed directly in each branch, in order, the top level's apart; how many nodes
+  // each branch holds, its own branches' included; and how many ifelses share each branch.
+  std::vector<Node*> top;
+  std::vector<std::vector<Node*>> direct(tree.branches.size());
+  std::vector<std::vector<int>> children(tree.branches.size());
+  std::vector<int> top_children;
+  std::vector<size_t> held(tree.branches.size(), 0);
+  std::vector<int> ifelses_on(tree.branches.size(), 0);
+  for (Node* n : order) {
+    const int b = tree.place_of(n);
+    (b == BranchTree::kEverywhere ? top : direct[static_cast<size_t>(b)]).push_back(n);
+    if (const int then_branch = tree.branch_of_ifelse(n, true); then_branch != BranchTree::kEverywhere) {
+      ++ifelses_on[static_cast<size_t>(then_branch)];
+      ++ifelses_on[static_cast<size_t>(tree.branch_of_ifelse(n, false))];
+    }
+  }
+  for (size_t b = tree.branches.size(); b-- > 0;) {
+    held[b] += direct[b].size();
+    const int parent = tree.parent(static_cast<int>(b));
+    if (parent == BranchTree::kEverywhere) {
+      top_children.push_back(static_cast<int>(b));
+      continue;
+    }
+    held[static_cast<size_t>(parent)] += held[b];
+    children[static_cast<size_t>(parent)].push_back(static_cast<int>(b));
+  }
+  auto by_position = [](const Node* a, const Node* b) { return a->position < b->position; };
+  std::function<void(int, std::vector<Node*>&)> collect = [&](int b, std::vector<Node*>& into) {
+    into.insert(into.end(), direct[static_cast<size_t>(b)].begin(), direct[static_cast<size_t>(b)].end());
+    for (int c : children[static_cast<size_t>(b)]) collect(c, into);
+  };
+
+  // Emits the nodes of a branch (or of the top level) in topological order, with the nodes of the
+  // branches within it, each in the block of the first ifelse on its condition that needs it
   // (jump over the then block unless the condition holds, run it, jump over the else block): as
-  // late as it may run, as without shared branches, so that it holds no memory sooner.
-  // The nodes of the branches within the block being emitted that are not emitted yet: by
-  // position, the emit_block call whose block they wait in, and their place in that block.
-  std::vector<int> waiting_in(tree.place.size(), -1);
-  std::vector<size_t> place_in_block(tree.place.size());
+  // late as it may run, so that it holds no memory sooner. A branch only one ifelse reads is all
+  // that ifelse's: its nodes come from the lists by branch, visited once however deep branches
+  // nest. The nodes of a branch several ifelses share (on one condition) wait, and each ifelse
+  // takes those its side reads and the others have not: `flat` blocks list such nodes of every
+  // depth and are split again at each level.
+  std::vector<int> waiting_in(tree.place.size(), -1);  // by position: the emit call a node waits in
   int calls = 0;
-  std::function<void(const std::vector<Node*>&, int)> emit_block = [&](const std::vector<Node*>& block, int branch) {
+  std::function<void(int, const std::vector<Node*>&, bool)> emit_block = [&](int branch, const std::vector<Node*>& block,
+                                                                            bool flat) {
     const bool conditional = branch != BranchTree::kEverywhere;
     const int call = calls++;
     size_t waiting = 0;
-    // The waiting nodes one side of an ifelse reads, in block order.
+    auto wait = [&](const Node* x) {
+      waiting_in[static_cast<size_t>(x->position)] = call;
+      ++waiting;
+    };
+    auto shared = [&](int b) { return ifelses_on[static_cast<size_t>(b)] > 1; };
+    if (!flat)
+      for (int c : conditional ? children[static_cast<size_t>(branch)] : top_children)
+        if (shared(c)) {
+          std::vector<Node*> nodes;
+          collect(c, nodes);
+          for (const Node* x : nodes) wait(x);
+        }
+    // The waiting nodes one side of an ifelse reads, in order.
     auto needed_by = [&](const Node* n, size_t first, size_t count) {
-      std::vector<std::pair<size_t, Node*>> found;
-      std::vector<const Node*> stack;
+      std::vector<Node*> found;
+      std::vector<Node*> stack;
       for (size_t i = first; i < first + count; ++i) stack.push_back(n->inputs[i].get()->owner);
       while (!stack.empty()) {
-        const Node* x = stack.back();
+        Node* x = stack.back();
         stack.pop_back();
         if (!x || waiting_in[static_cast<size_t>(x->position)] != call) continue;
         waiting_in[static_cast<size_t>(x->position)] = -1;
         --waiting;
-        const size_t at = place_in_block[static_cast<size_t>(x->position)];
-        found.push_back({at, block[at]});
+        found.push_back(x);
         for (const Var& v : x->inputs) stack.push_back(v.get()->owner);
       }
-      std::sort(found.begin(), found.end());
-      std::vector<Node*> nodes;
-      for (const auto& [position, x] : found) nodes.push_back(x);
-      return nodes;
+      std::sort(found.begin(), found.end(), by_position);
+      return found;
     };
-    for (size_t position = 0; position < block.size(); ++position) {
-      Node* n = block[position];
+    // One side's block: the waiting nodes it reads, or the whole branch when no other ifelse shares it.
+    auto side = [&](const Node* n, bool then_side, size_t first, size_t count) {
+      const int b = tree.branch_of_ifelse(n, then_side);
+      if (flat || shared(b)) {
+        std::vector<Node*> nodes = waiting > 0 ? needed_by(n, first, count) : std::vector<Node*>{};
+        return std::function<void()>(nodes.empty() ? std::function<void()>() : [&, b, nodes] { emit_block(b, nodes, true); });
+      }
+      return held[static_cast<size_t>(b)] == 0 ? std::function<void()>()
+                                               : [&, b] { emit_block(b, direct[static_cast<size_t>(b)], false); };
+    };
+    for (Node* n : block) {
       if (tree.place_of(n) != branch) {
-        waiting_in[static_cast<size_t>(n->position)] = call;
-        place_in_block[static_cast<size_t>(n->position)] = position;
-        ++waiting;
+        wait(n);
         continue;
       }
-      std::vector<Node*> then_nodes, else_nodes;
-      if (const auto* op = dynamic_cast<const IfElse*>(n->op.get()); op && waiting > 0) {
+      std::function<void()> then_block, else_block;
+      if (const auto* op = dynamic_cast<const IfElse*>(n->op.get())) {
         const size_t values = static_cast<size_t>(op->n());
-        then_nodes = needed_by(n, 1, values);
-        else_nodes = needed_by(n, 1 + values, values);
+        then_block = side(n, true, 1, values);
+        else_block = side(n, false, 1 + values, values);
       }
-      if (!then_nodes.empty() || !else_nodes.empty()) {
+      if (then_block || else_block) {
         Draft skip_then;
         skip_then.ins.kind = Instruction::Kind::jump_if_false;
         skip_then.inputs = {slot(n->inputs[0].get())};
         skip_then.ins.conditional = conditional;
         const size_t jif = code.size();
         code.push_back(std::move(skip_then));
-        if (!then_nodes.empty()) emit_block(then_nodes, tree.branch_of_ifelse(n, true));
+        if (then_block) then_block();
         Draft skip_else;
         skip_else.ins.kind = Instruction::Kind::jump;
         skip_else.ins.conditional = conditional;
         const size_t jmp = code.size();
         code.push_back(std::move(skip_else));
         code[jif].ins.target = static_cast<int>(code.size());
-        if (!else_nodes.empty()) emit_block(else_nodes, tree.branch_of_ifelse(n, false));
+        if (else_block) else_block();
         code[jmp].ins.target = static_cast<int>(code.size());
       }
       emit_node(n, conditional);
     }
     if (waiting > 0) throw Error("kiln internal error: a node of a branch is needed by no ifelse on its condition");
   };
-
-
-  emit_block(order, BranchTree::kEverywhere);
+  emit_block(BranchTree::kEverywhere, top, false);
   for (const Var& r : results) p.result_slots.push_back(slot(r.get()));
 
   std::unordered_set<int> kept(p.result_slots.begin(), p.result_slots.end());
