@@ -289,3 +289,20 @@ TEST(IfElse, AGuardWithinAGuardAddsNothingWhereTheOuterBranchIsNotTaken) {
     return ifelse(in[0] > 0.0, ifelse(in[1] > 0.0, sqrt(in[0] * in[1]), in[0] * 0.5), in[1] * 2.0);
   }, {Tensor::scalar(2.0), Tensor::scalar(-3.0)});
 }
+
+// A value read only on a side that can never be taken (the else side of an ifelse on c inside the
+// then side of another on c) is still connected: its gradient is zero, not a "disconnected" error.
+TEST(IfElse, AValueReadOnlyWhereNoBranchCanBeTakenHasAZeroGradient) {
+  Var c = scalar("c", f64), x = scalar("x", f64), y = scalar("y", f64);
+  Var z = ifelse(c, ifelse(c, y * 3.0, x * 5.0), y * 2.0);
+  const std::vector<Var> g = grad(z, {x, y});
+  for (const Mode& mode : {Mode::fast_run(), Mode::fast_compile(), plain_mode()}) {
+    Function f = function({c, x, y}, {g[0], g[1]}, {.mode = mode});
+    auto out = f(Tensor::scalar(1.0), Tensor::scalar(1.0), Tensor::scalar(1.0));
+    expect_values(out[0], {0});
+    expect_values(out[1], {3});
+    out = f(Tensor::scalar(0.0), Tensor::scalar(1.0), Tensor::scalar(1.0));
+    expect_values(out[0], {0});
+    expect_values(out[1], {2});
+  }
+}

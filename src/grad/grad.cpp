@@ -37,6 +37,10 @@ struct PathNode {
   int depth;
 };
 using Path = const PathNode*;
+// Deeper than this, a gradient is made one value before it enters a branch (a zero there takes the
+// value's shape, so the branch's forward work runs): the program's blocks then nest at most this
+// deep for it, and emitting them stays linear in the graph for chains of thousands of nested ifelses.
+constexpr int kDeepestPath = 16;
 
 class Paths {
  public:
@@ -173,10 +177,11 @@ std::vector<Var> backprop(const std::vector<std::pair<Var, Var>>& seeds, const s
     }
     if (const auto* branches = dynamic_cast<const IfElse*>(n->op.get())) {
       // Each branch's value gets the output's gradient, counting only where that branch is taken
-      // too: the path goes one branch deeper (within a branch on the same condition, it is that
-      // branch, or, on its other side, never taken: nothing to add). The gradient is given as
-      // ifelse(c, g, 0): the branch's shape even where the other branch, of another shape, is
-      // taken, so its work never fails should it run.
+      // too: the path goes one branch deeper, unless it already holds that branch (on the other
+      // side of a branch on the same condition, the path is never taken: its terms are zero, and
+      // what they reach stays connected). The gradient is given as ifelse(c, g, 0): the branch's
+      // shape even where the other branch, of another shape, is taken, so its work never fails
+      // should it run.
       const Var& c = n->inputs[0];
       for (int i = 0; i < branches->n(); ++i) {
         if (!gouts[static_cast<size_t>(i)].defined()) continue;
@@ -184,9 +189,15 @@ std::vector<Var> backprop(const std::vector<std::pair<Var, Var>>& seeds, const s
           const Var& in = n->inputs[static_cast<size_t>(1 + i + (then_side ? 0 : branches->n()))];
           if (!depends.count(in.get()) || !is_float(in.dtype())) continue;
           const Branch* on_condition = Paths::on_condition(where, c.get());
-          if (on_condition && on_condition->then_side != then_side) continue;
-          const Path path = on_condition ? where : paths.extend(where, Branch{n, then_side});
-          const Var& g = gouts[static_cast<size_t>(i)];
+          Var g = gouts[static_cast<size_t>(i)];
+          Path path = where;
+          if (!on_condition || on_condition->then_side != then_side) {
+            if (Paths::depth(where) >= kDeepestPath) {
+              g = Gradient{{{where, g}}}.value(n->output(static_cast<size_t>(i)), nullptr);
+              path = nullptr;
+            }
+            path = paths.extend(path, Branch{n, then_side});
+          }
           accumulate(in, then_side ? ifelse(c, g, zeros_like(in, n->loc), n->loc) : ifelse(c, zeros_like(in, n->loc), g, n->loc),
                      path);
         }
