@@ -1,6 +1,5 @@
 #include <algorithm>
 #include <deque>
-#include <functional>
 #include <map>
 #include <tuple>
 #include <optional>
@@ -35,6 +34,7 @@ struct PathNode {
   const PathNode* parent;
   Branch branch;
   int depth;
+  int id;  // its place among the paths made: orders paths the same way on every run
 };
 using Path = const PathNode*;
 // Deeper than this, a gradient is made one value before it enters a branch (a zero there takes the
@@ -46,7 +46,7 @@ class Paths {
  public:
   Path extend(Path path, const Branch& b) {
     auto [it, fresh] = index_.try_emplace({path, b.condition(), b.then_side}, nullptr);
-    if (fresh) it->second = &nodes_.emplace_back(PathNode{path, b, depth(path) + 1});
+    if (fresh) it->second = &nodes_.emplace_back(PathNode{path, b, depth(path) + 1, static_cast<int>(nodes_.size())});
     return it->second;
   }
   static int depth(Path p) { return p ? p->depth : 0; }
@@ -92,8 +92,10 @@ struct Gradient {
   // each branch below `from`; the zeros take of's shape, as the sum's may be the other branch's
   // where this one is not taken.
   Var value(const Var& of, Path from) const {
+    // Deepest first, each sum wrapped before its parent's is; the root (null) last.
     auto deeper = [](Path a, Path b) {
-      return Paths::depth(a) != Paths::depth(b) ? Paths::depth(a) > Paths::depth(b) : std::less<Path>()(a, b);
+      if (Paths::depth(a) != Paths::depth(b)) return Paths::depth(a) > Paths::depth(b);
+      return a && b && a->id < b->id;
     };
     std::map<Path, Var, decltype(deeper)> sums(deeper);
     auto add_to = [&](Path p, const Var& v) {
