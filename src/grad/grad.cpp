@@ -92,6 +92,7 @@ struct Gradient {
   // each branch below `from`; the zeros take of's shape, as the sum's may be the other branch's
   // where this one is not taken.
   Var value(const Var& of, Path from) const {
+    if (terms.size() == 1 && terms[0].first == from) return terms[0].second;  // nothing to wrap
     // Deepest first, each sum wrapped before its parent's is; the root (null) last.
     auto deeper = [](Path a, Path b) {
       if (Paths::depth(a) != Paths::depth(b)) return Paths::depth(a) > Paths::depth(b);
