@@ -164,6 +164,33 @@ TEST(ScanPushOut, SequenceWorkBecomesOneBatchedComputation) {
   EXPECT_EQ(occurrences(loop, "dot"), 1) << loop;  // h . U alone is left in the body
 }
 
+// Work only a branch of an ifelse reads runs in the steps that take it: moved out of the loop it
+// would run for every step, and here fail, as the products' shapes do not align while the branch
+// is never taken.
+TEST(ScanPushOut, WorkOnlyABranchReadsStaysInTheLoop) {
+  Var X = matrix("X", f64), h0 = vector("h0", f64), A = matrix("A", f64), v = vector("v", f64);
+  ScanResult r = scan(
+      [&](const std::vector<Var>& a) {
+        const Var x = a[0], h = a[1];
+        const Var taken = sum(x) > 100.0;
+        return std::vector<Var>{ifelse(taken, dot(x, a[2]) + dot(a[3], a[2]), h * sum(x))};
+      },
+      {.sequences = {X}, .outputs_info = {h0}, .non_sequences = {A, v}});
+  const Tensor Xv = Tensor::from({0.5, 1.0, -1.0, 0.25, 2.0, 0.5}, {3, 2}), h0v = Tensor::from({1.5, -2.0}, {2}),
+               Av = Tensor::zeros({3, 3}, f64), vv = Tensor::from({1.0, 2.0}, {2});
+  Function f = compare_with_plain({X, h0, A, v}, r.outputs[0], {Xv, h0v, Av, vv});
+  const std::vector<double> h = f(Xv, h0v, Av, vv)[0].to_vector<double>();
+  const std::vector<double> expected{1.5 * 1.5, -2.0 * 1.5, 1.5 * 1.5 * -0.75, -2.0 * 1.5 * -0.75,
+                                     1.5 * 1.5 * -0.75 * 2.5, -2.0 * 1.5 * -0.75 * 2.5};
+  ASSERT_EQ(h.size(), expected.size());
+  for (size_t i = 0; i < h.size(); ++i) EXPECT_DOUBLE_EQ(h[i], expected[i]) << i;
+  const std::string body = inner_graphs(f);
+  EXPECT_EQ(occurrences(body, "dot"), 2) << body;
+  // Taken, the branch fails with the product's error.
+  const Tensor big = Tensor::from({50.0, 60.0, 0.0, 0.0, 0.0, 0.0}, {3, 2});
+  EXPECT_THROW(f(big, h0v, Av, vv), ShapeError);
+}
+
 TEST(ScanPushOut, AccumulatedGradientsAreSummedAfterTheLoop) {
   const Elman e;
   const Var loss = sum(e.run().outputs[0] * e.run().outputs[0]);

@@ -576,6 +576,31 @@ TEST(ScanRop, AGaussNewtonProductThroughALoopIsTwoPasses) {
 // ifelse's shape, which is an ifelse of the branches' shapes. Equal, they are known when the body
 // is planned, whichever branch runs (fast_run had raised "an inner graph computes an output whose
 // shape is known only while it runs").
+// A body whose ifelse has a branch that cannot run for these shapes (a product whose shapes do not
+// align), never taken: the step's output has the other branch's shape, so the loop plans.
+TEST(Scan, ABranchThatCannotRunForTheseShapesIsPlannedAsTheOtherSide) {
+  Var xs = vector("xs", f64), h0 = vector("h0", f64), A = matrix("A", f64);
+  ScanResult r = scan(
+      [&](const std::vector<Var>& a) {
+        const Var xt = a[0], h = a[1];
+        return std::vector<Var>{ifelse(xt > 100.0, dot(h, a[2]), h * xt)};
+      },
+      {.sequences = {xs}, .outputs_info = {h0}, .non_sequences = {A}});
+  const Var y = sum(r.outputs[0]);
+  const Tensor xv = Tensor::from({0.5, -1.0, 2.0}, {3}), h0v = Tensor::from({1.5, 2.0}, {2}), Av = Tensor::zeros({3, 3}, f64);
+  for (const Mode& mode : {Mode::fast_run(), Mode::fast_compile(), plain_mode()}) {
+    Function f = function({xs, h0, A}, {y}, {.mode = mode});
+    EXPECT_DOUBLE_EQ(f(xv, h0v, Av)[0].item<double>(), 3.5 * (0.5 - 0.5 - 1.0)) << mode.name();
+    EXPECT_THROW(f(Tensor::from({0.5, 200.0, 2.0}, {3}), h0v, Av), ShapeError) << mode.name();
+  }
+  // y = sum(h0) (x1 + x1 x2 + x1 x2 x3), in fast_run (the other modes keep the gradient of the
+  // product that cannot run, and its shapes, in the loop).
+  const std::vector<Var> g = grad(y, {h0, xs});
+  const auto out = function({xs, h0, A}, {g[0], g[1]})(xv, h0v, Av);
+  expect_values(out[0], {-1.0, -1.0});
+  expect_values(out[1], {3.5 * (1.0 - 1.0 - 2.0), 3.5 * (0.5 + 0.5 * 2.0), 3.5 * (0.5 * -1.0)});
+}
+
 TEST(Scan, GradientOfABodyWithAnIfElseInEveryMode) {
   auto loss = [](const std::vector<Var>& in) {
     const Var xs = constant(Tensor::from({0.5, -1.0, 2.0}, {3}));

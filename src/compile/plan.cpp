@@ -66,19 +66,46 @@ SlotFacts infer_slot_facts(const Program& p, const std::vector<Shape>& input_sha
     facts.shape[s] = value.shape();
     facts.value[s] = value;
   }
+  // Values of a branch that fails for these shapes if it runs (a product whose shapes do not
+  // align in the branch not taken): what reads them fails too, except an ifelse, which then has
+  // the other side's shapes, since the call fails before it runs if the failing side is taken.
+  std::vector<uint8_t> fails(static_cast<size_t>(n_slots), 0);
+  auto mark_failing = [&](const Instruction& ins) {
+    for (int s : ins.outputs) fails[static_cast<size_t>(s)] = 1;
+  };
   std::vector<Shape> shapes;  // reused from instruction to instruction: their memory stays
   std::vector<const Tensor*> values;
+  std::vector<int> sides;
   for (size_t k = 0; k < p.code.size(); ++k) {
     const Instruction& ins = p.code[k];
     if (ins.kind != Instruction::Kind::run) continue;
     const Op& op = *ins.node->op;
+    std::span<const int> inputs = ins.inputs;
+    if (std::any_of(inputs.begin(), inputs.end(), [&](int s) { return fails[static_cast<size_t>(s)]; })) {
+      const size_t n = static_cast<size_t>(p.traits[k].ifelse_pairs);
+      auto side_fails = [&](size_t first) {
+        return std::any_of(inputs.begin() + first, inputs.begin() + first + n, [&](int s) { return fails[static_cast<size_t>(s)]; });
+      };
+      const bool then_fails = n > 0 && side_fails(1), else_fails = n > 0 && side_fails(1 + n);
+      if (n == 0 || fails[static_cast<size_t>(inputs[0])] || (then_fails && else_fails)) {
+        mark_failing(ins);
+        continue;
+      }
+      // The failing side reads as the other: its shapes, and its values where known.
+      sides.assign(inputs.begin(), inputs.end());
+      for (size_t i = 1; i <= n; ++i) {
+        if (then_fails) sides[i] = inputs[i + n];
+        else sides[i + n] = inputs[i];
+      }
+      inputs = sides;
+    }
     bool known = true, all_values = true;
-    for (int s : ins.inputs) known = known && facts.shape[s].has_value();
+    for (int s : inputs) known = known && facts.shape[s].has_value();
     if (!known) continue;
-    shapes.resize(ins.inputs.size());
-    values.resize(ins.inputs.size());
-    for (size_t i = 0; i < ins.inputs.size(); ++i) {
-      const int s = ins.inputs[i];
+    shapes.resize(inputs.size());
+    values.resize(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const int s = inputs[i];
       shapes[i] = *facts.shape[s];
       values[i] = facts.value[s].defined() ? &facts.value[s] : nullptr;
       all_values = all_values && facts.value[s].defined();
@@ -93,7 +120,11 @@ SlotFacts infer_slot_facts(const Program& p, const std::vector<Shape>& input_sha
     } catch (const Error& e) {
       // The shapes depend on values known when it runs; inside a branch that may not run, a
       // failure is only an error if the branch runs.
-      if (values_missing || ins.conditional) continue;
+      if (values_missing) continue;
+      if (ins.conditional) {
+        mark_failing(ins);
+        continue;
+      }
       e.rethrow_with(std::string(e.what()) + "\n  while planning " + op.name() + " on " + describe(p, ins, shapes) +
                      ", " + ins.node->origin());
     }
@@ -109,14 +140,15 @@ SlotFacts infer_slot_facts(const Program& p, const std::vector<Shape>& input_sha
       for (size_t o = 0; o < known.size(); ++o) facts.value[ins.outputs[o]] = known[o];
       continue;
     }
-    std::vector<Tensor> inputs, outputs;
-    for (size_t i = 0; i < ins.inputs.size(); ++i)
-      inputs.push_back(values[i] ? *values[i] : shape_only(shapes[i], p.slot_vars[ins.inputs[i]]->type.dtype));
+    std::vector<Tensor> arguments, outputs;
+    for (size_t i = 0; i < inputs.size(); ++i)
+      arguments.push_back(values[i] ? *values[i] : shape_only(shapes[i], p.slot_vars[inputs[i]]->type.dtype));
     try {
-      outputs = evaluate_node(*ins.node, *ins.executable, inputs, cpu_backend());
+      outputs = evaluate_node(*ins.node, *ins.executable, arguments, cpu_backend());
     } catch (const Error&) {
-      if (ins.conditional) continue;
-      throw;
+      if (!ins.conditional) throw;
+      mark_failing(ins);
+      continue;
     }
     for (size_t o = 0; o < outputs.size(); ++o) facts.value[ins.outputs[o]] = outputs[o].contiguous().clone();
   }

@@ -40,6 +40,7 @@ struct OpTraits {
   std::span<const int> value_inputs;             // Op::needs_input_values
   bool may_fail_on_values = false;
   bool checks_values_before_writing = false;
+  int ifelse_pairs = 0;  // an ifelse's n: inputs 1..n are its then values, n+1..2n its else values
 };
 
 // A flat list of instructions and where each kind of value lives. It owns the arrays its

@@ -123,6 +123,7 @@ struct Draft {
   std::vector<std::pair<int, int>> views, inplace;
   std::vector<int> shape_only_inputs, value_inputs;
   bool may_fail_on_values = false, checks_values_before_writing = false;
+  int ifelse_pairs = 0;
 };
 
 // Packs the drafts' lists into the program's arrays and points the instructions at them.
@@ -152,7 +153,7 @@ void pack(Program& p, std::vector<Draft>& drafts) {
   for (const Draft& d : drafts)
     p.traits.push_back({append(p.trait_pairs, d.views), append(p.trait_pairs, d.inplace),
                         append(p.trait_ints, d.shape_only_inputs), append(p.trait_ints, d.value_inputs),
-                        d.may_fail_on_values, d.checks_values_before_writing});
+                        d.may_fail_on_values, d.checks_values_before_writing, d.ifelse_pairs});
   struct Extent {
     size_t inputs, outputs, release, first_output;
   };
@@ -235,6 +236,7 @@ Program emit_program(const SlotNumbering& numbering, const std::vector<Var>& res
     d.value_inputs = op.needs_input_values();
     d.may_fail_on_values = op.may_fail_on_values();
     d.checks_values_before_writing = op.checks_values_before_writing();
+    if (const auto* ifelse = dynamic_cast<const IfElse*>(&op)) d.ifelse_pairs = ifelse->n();
     code.push_back(std::move(d));
   };
   // Emits, in topological order, the nodes of one branch (or of the top level) and those of the

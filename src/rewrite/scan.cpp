@@ -10,6 +10,7 @@
 #include "kiln/ops.hpp"
 #include "ops/blas.hpp"
 #include "ops/elemwise.hpp"
+#include "ops/ifelse.hpp"
 #include "ops/patterns.hpp"
 #include "ops/reduce.hpp"
 #include "ops/scan.hpp"
@@ -175,8 +176,10 @@ std::unordered_set<const Variable*> values_read(const std::vector<Var>& roots) {
 
 // The body's nodes whose values (not only their shapes) the roots read: the body program computes
 // a value read only for its shape from the shapes of its inputs, so moving it out of the loop would
-// add work.
-std::unordered_set<const Node*> value_nodes(const std::vector<Var>& roots) {
+// add work. Only those every step computes, with `every_step`: not those only a branch of an
+// ifelse reads, which run in the steps that take it (moved out of the loop, they would run for
+// every step, and fail where the branch could not run).
+std::unordered_set<const Node*> value_nodes(const std::vector<Var>& roots, bool every_step = false) {
   std::unordered_set<const Node*> used;
   std::vector<const Node*> stack;
   auto reach = [&](const Var& v) {
@@ -188,6 +191,10 @@ std::unordered_set<const Node*> value_nodes(const std::vector<Var>& roots) {
     const Node* n = stack.back();
     stack.pop_back();
     if (dynamic_cast<const ShapeOf*>(n->op.get())) continue;
+    if (every_step && dynamic_cast<const IfElse*>(n->op.get())) {
+      reach(n->inputs[0]);
+      continue;
+    }
     for (const Var& in : n->inputs) reach(in);
   }
   return used;
@@ -381,7 +388,7 @@ std::vector<Var> push_out_invariants(FunctionGraph&, Node& node) {
   Parts p = decompose(node);
   const BodyAnalysis body(p);
   const std::vector<Node*>& order = body.order;
-  const std::unordered_set<const Node*> valued = value_nodes(p.roots());
+  const std::unordered_set<const Node*> every_step = value_nodes(p.roots(), true);
   const auto read_by = readers(order);
   // An invariant value that reads a non-sequence, read by a value that changes per step or by the loop.
   auto reads_non_sequence = [&](const Node* n) {
@@ -390,7 +397,7 @@ std::vector<Var> push_out_invariants(FunctionGraph&, Node& node) {
   const std::unordered_set<const Variable*> decides_shape = shape_deciding(order);
   std::vector<Var> hoisted;
   for (Node* n : order) {
-    if (!valued.count(n) || body.dependence(n->output(0)) != Dependence::invariant || !reads_non_sequence(n)) continue;
+    if (!every_step.count(n) || body.dependence(n->output(0)) != Dependence::invariant || !reads_non_sequence(n)) continue;
     for (size_t o = 0; o < n->outputs.size(); ++o) {
       const Var v = n->output(o);
       bool frontier = body.is_root(v);
@@ -454,12 +461,12 @@ std::vector<Var> push_out_sequence_work(FunctionGraph&, Node& node) {
   if (p.until.defined() || p.sequences.empty()) return {};  // a loop that may stop early would compute rows it never reads
   const BodyAnalysis body(p);
   const std::vector<Node*>& order = body.order;
-  const std::unordered_set<const Node*> valued = value_nodes(p.roots());
+  const std::unordered_set<const Node*> valued = value_nodes(p.roots()), every_step = value_nodes(p.roots(), true);
   std::unordered_map<const Variable*, Var> batched;
   for (const auto& [input, at] : body.sequence_tap) batched[input] = p.rows_read(at.first, at.second);
   std::vector<Node*> batchable;
   for (Node* n : order) {
-    if (!valued.count(n) || body.dependence(n->output(0)) != Dependence::sequences) continue;
+    if (!every_step.count(n) || body.dependence(n->output(0)) != Dependence::sequences) continue;
     const Var b = batched_node(*n, body, batched);
     if (!b.defined()) continue;
     batched[n->outputs[0].get()] = b;
