@@ -29,6 +29,9 @@ std::vector<ConvCase> conv_cases() {
       {{1, 3, 9, 9}, {2, 3, 3, 2}, {.dilation = {2, 3}}, 0, 0, 5, 6},
       {{2, 2, 6, 5}, {2, 2, 3, 3}, {.stride = {2, 2}, .padding = Padding::sides(0, 2, 1, 0), .dilation = {1, 2}}, 0, 1, 3, 1},
       {{3, 4, 4, 4}, {4, 1, 1, 1}, {.groups = 4}, 0, 0, 4, 4},  // depthwise 1x1
+      // Dilated taps that fall wholly in the padding beside a narrow image, in a batch.
+      {{2, 1, 1, 1}, {2, 1, 1, 3}, {.padding = Padding(0, 2), .dilation = {1, 2}}, 0, 2, 1, 1},
+      {{4, 2, 3, 1}, {2, 2, 2, 3}, {.padding = Padding(1, 3), .dilation = {2, 3}}, 1, 3, 3, 1},
   };
 }
 

@@ -197,7 +197,7 @@ template <class T> struct Strided4 {
 
 // The output columns ox whose input column x0 + ox * stride lies inside the image: [first, last).
 std::pair<int64_t, int64_t> inside_columns(const ConvGeometry& g, int64_t x0) {
-  const int64_t first = x0 >= 0 ? 0 : (-x0 + g.stride_w - 1) / g.stride_w;
+  const int64_t first = x0 >= 0 ? 0 : std::min(g.out_w, (-x0 + g.stride_w - 1) / g.stride_w);
   const int64_t last = g.width - x0 <= 0 ? 0 : std::min(g.out_w, (g.width - x0 - 1) / g.stride_w + 1);
   return {first, std::max(first, last)};
 }
