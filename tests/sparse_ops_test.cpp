@@ -651,3 +651,40 @@ TEST(SparseOps, EveryDifferentiableSparseOpPassesVerifyRop) {
   const Tensor ids = Tensor::from(std::vector<int64_t>{2, 0, 2});
   verify_rop([&](std::vector<Var> v) { return dense(sparse_grad(sum(square(take(v[0], constant(ids)))), v[0])); }, {m});
 }
+
+// Theano's names: csr_from_dense / csc_from_dense (the nonzero entries, counted when the function
+// runs), dense_from_sparse, structured_dot.
+TEST(SparseOps, DenseMatricesBecomeSparseInTheGraph) {
+  const Tensor a = sparse_dense(6, 4, 21), w = random_tensor({4, 3}, f64, -1, 1, 22);
+  Var d = matrix("d", f64), m = matrix("m", f64);
+  for (SparseFormat format : kFormats) {
+    SCOPED_TRACE(sparse_format_name(format));
+    const SparseVar x = format == SparseFormat::csr ? csr_from_dense(d) : csc_from_dense(d);
+    EXPECT_EQ(x.format(), format);
+    Function f = function({d, m}, {x.data(), x.indices(), x.indptr(), x.shape(), dense_from_sparse(x), structured_dot(x, m)});
+    const std::vector<Tensor> out = f(a, w);
+    const SparseTensor want = sparse_from_dense(a, format);
+    expect_values(out[0], want.data().to_vector<double>(), 0);
+    EXPECT_EQ(out[1].to_vector<int64_t>(), want.indices().to_vector<int64_t>());
+    EXPECT_EQ(out[2].to_vector<int64_t>(), want.indptr().to_vector<int64_t>());
+    EXPECT_EQ(out[3].to_vector<int64_t>(), (std::vector<int64_t>{6, 4}));
+    expect_values(out[4], a.to_vector<double>(), 0);
+    expect_values(out[5], dense_dot(a, w).to_vector<double>(), 1e-12);
+    // All zeros: nothing stored.
+    const std::vector<Tensor> empty = f(Tensor::zeros({3, 2}, f64), Tensor::zeros({2, 3}, f64));
+    EXPECT_EQ(empty[0].numel(), 0);
+    EXPECT_EQ(empty[2].to_vector<int64_t>(), (std::vector<int64_t>(format == SparseFormat::csr ? 4 : 3, 0)));
+    // The gradient is the data's at the stored entries, zero where a holds a zero.
+    const Var g = grad(sum(x.data() * x.data()), d);
+    const std::vector<double> gv = function({d}, {g})(a)[0].to_vector<double>(), av = a.to_vector<double>();
+    for (size_t i = 0; i < av.size(); ++i) EXPECT_DOUBLE_EQ(gv[i], 2 * av[i]) << i;
+    const Tensor full = random_tensor({3, 4}, f64, 0.5, 1, 23);  // no entry near zero
+    verify_grad(
+        [&](std::vector<Var> v) {
+          const SparseVar s = format == SparseFormat::csr ? csr_from_dense(v[0]) : csc_from_dense(v[0]);
+          return sum(structured_dot(s, v[1]) * 2.0);
+        },
+        {full, random_tensor({4, 2}, f64, -1, 1, 24)});
+  }
+  EXPECT_THROW(csr_from_dense(vector("v", f64)), TypeError);
+}

@@ -96,8 +96,14 @@ Var operator+(const Operand& dense_value, const SparseOperand& x);
 Var operator-(const SparseOperand& x, const Operand& dense_value);
 Var operator-(const Operand& dense_value, const SparseOperand& x);
 
-// The dense matrix (repeated entries summed).
+// The dense matrix (repeated entries summed); dense_from_sparse is Theano's name for it.
 Var dense(const SparseVar& x, Loc loc = Loc::current());
+Var dense_from_sparse(const SparseVar& x, Loc loc = Loc::current());
+// A dense matrix as a sparse one storing its nonzero entries (NaN included), in row-major order
+// for CSR, column-major for CSC; how many there are is found when the function runs. The gradient
+// with respect to x is the data's gradient at the stored entries, zero elsewhere.
+SparseVar csr_from_dense(const Var& x, Loc loc = Loc::current());
+SparseVar csc_from_dense(const Var& x, Loc loc = Loc::current());
 // The transpose: CSR becomes CSC of the same parts, and back; nothing moves.
 SparseVar transpose(const SparseVar& x, Loc loc = Loc::current());
 // The same matrix in the other format (x itself when it has that one already); the result's
@@ -117,6 +123,8 @@ SparseVar col_scale(const SparseVar& x, const Var& s, Loc loc = Loc::current());
 // form. The gradient with respect to x.data() is structured (SciPy/Theano structured_dot): the
 // product's gradient sampled at x's stored entries.
 Var dot(const SparseVar& x, const Var& dense_matrix, Loc loc = Loc::current());
+// Theano's name for dot(x, dense_matrix).
+Var structured_dot(const SparseVar& x, const Var& dense_matrix, Loc loc = Loc::current());
 Var dot(const Var& dense_matrix, const SparseVar& x, Loc loc = Loc::current());
 // The product of two sparse matrices of one format: sparse, of that format, its indices sorted in
 // each row (column). Its size depends on the patterns and is found when it runs. The gradients

@@ -1268,6 +1268,28 @@ SparseShared sparse_shared(const SparseTensor& value, const std::string& name, S
 
 Var dense(const SparseVar& x, Loc loc) { return apply1(std::make_shared<SparseReduce>(x.format(), -1), parts(x), loc); }
 
+Var dense_from_sparse(const SparseVar& x, Loc loc) { return dense(x, loc); }
+
+SparseVar csr_from_dense(const Var& x, Loc loc) {
+  if (x.ndim() != 2) throw TypeError("csr_from_dense: x must be a matrix, got " + x.type().str() + " (at " + loc_str(loc) + ")");
+  const Var flat = flatten(x, 1, loc);
+  // The stored entries' positions in row-major order: a stable sort puts them (key false) before
+  // the zeros (key true), and they are the first `stored` of its order.
+  const Var stored = sum(cast(flat != 0.0, i64, loc), {}, false, loc);
+  const Var positions = slice(argsort(flat == 0.0, -1, loc), 0, 0, stored, 1, loc);
+  const Var shape = shape_of(x, loc);
+  const Var per_row = sum(cast(x != 0.0, i64, loc), {1}, false, loc);
+  const Var indptr = concatenate({constant(Tensor::zeros({1}, i64)), cumsum(per_row, 0, loc)}, 0, loc);
+  return SparseVar(SparseFormat::csr, take(flat, positions, 0, loc), positions % shape[VarIndex(1, loc)], indptr, shape, loc);
+}
+
+SparseVar csc_from_dense(const Var& x, Loc loc) {
+  if (x.ndim() != 2) throw TypeError("csc_from_dense: x must be a matrix, got " + x.type().str() + " (at " + loc_str(loc) + ")");
+  return transpose(csr_from_dense(transpose(x, loc), loc), loc);
+}
+
+Var structured_dot(const SparseVar& x, const Var& dense_matrix, Loc loc) { return dot(x, dense_matrix, loc); }
+
 SparseVar transpose(const SparseVar& x, Loc loc) {
   return SparseVar(transposed(x.format()), x.data(), x.indices(), x.indptr(), reversed_shape(x.shape(), loc), loc);
 }
