@@ -292,6 +292,8 @@ TEST(ScanErrors, BadBodiesAndArgumentsAreNamed) {
          "earlier steps");
   throws([&] { scan([](const std::vector<Var>& a) { return std::vector<Var>{a[0]}; }, {.outputs_info = {Taps{s0, {-2}}}, .n_steps = 3}); },
          "needs that many rows");
+  throws([&] { scan([](const std::vector<Var>& a) { return std::vector<Var>{a[0] * 2.0}; }, {.outputs_info = {s0}, .n_steps = Var(2.7)}); },
+         "n_steps must be an integer scalar");
   throws([&] { until(s0 > 1.0); }, "only a scan's body");
   throws([&] { scan_update(shared(Tensor::scalar(0.0)), s0); }, "only a scan's body");
   throws(
@@ -599,6 +601,24 @@ TEST(Scan, ABranchThatCannotRunForTheseShapesIsPlannedAsTheOtherSide) {
   const auto out = function({xs, h0, A}, {g[0], g[1]})(xv, h0v, Av);
   expect_values(out[0], {-1.0, -1.0});
   expect_values(out[1], {3.5 * (1.0 - 1.0 - 2.0), 3.5 * (0.5 + 0.5 * 2.0), 3.5 * (0.5 * -1.0)});
+}
+
+// What the body builds from values outside it runs before the loop, once, unless only a branch
+// of an ifelse reads it: then it runs in the steps that take the branch (here it could not run).
+TEST(Scan, WorkTheBodyBuildsForABranchRunsOnlyWhenItIsTaken) {
+  Var x = vector("x", f64), k = scalar("k", i64), W = matrix("W", f64);
+  ScanResult r = scan(
+      [&](const std::vector<Var>& a) {
+        return std::vector<Var>{a[1] + ifelse(a[0] > 0.0, W[VarIndex(k)] * a[0], zeros_like(a[1]))};
+      },
+      {.sequences = {x}, .outputs_info = {constant(Tensor::zeros({2}, f64))}});
+  const Tensor Wv = Tensor::from({1.0, 2.0, 10.0, 20.0, 100.0, 200.0}, {3, 2});
+  for (const Mode& mode : {Mode::fast_run(), Mode::fast_compile(), plain_mode()}) {
+    Function f = function({x, k, W}, {r.outputs[0]}, {.mode = mode});
+    expect_values(f(Tensor::from({-1.0, -2.0}, {2}), Tensor::scalar(int64_t{7}), Wv)[0], {0, 0, 0, 0});
+    expect_values(f(Tensor::from({-1.0, 2.0}, {2}), Tensor::scalar(int64_t{1}), Wv)[0], {0, 0, 20, 40});
+    EXPECT_THROW(f(Tensor::from({-1.0, 2.0}, {2}), Tensor::scalar(int64_t{7}), Wv), ShapeError) << mode.name();
+  }
 }
 
 TEST(Scan, GradientOfABodyWithAnIfElseInEveryMode) {

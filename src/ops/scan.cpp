@@ -6,11 +6,13 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "graph/function_graph.hpp"
 #include "graph/inner_gradient.hpp"
 #include "kiln/ops.hpp"
 #include "kiln/scan.hpp"
+#include "ops/ifelse.hpp"
 #include "ops/shape.hpp"
 #include "tensor/copy.hpp"
 #include "tensor/handles.hpp"
@@ -704,8 +706,8 @@ struct Built {
 
 Built build_scan(const std::function<std::vector<Var>(const std::vector<Var>&)>& fn, ScanArgs args, Loc loc) {
   ScanLoop loop;
-  if (args.n_steps && (!args.n_steps->defined() || args.n_steps->ndim() != 0))
-    throw TypeError("scan: n_steps must be a scalar, got " +
+  if (args.n_steps && (!args.n_steps->defined() || args.n_steps->ndim() != 0 || !is_integer(args.n_steps->dtype())))
+    throw TypeError("scan: n_steps must be an integer scalar (i32 or i64), got " +
                     (args.n_steps->defined() ? args.n_steps->type().str() : std::string("an empty Var")) + where(loc));
   if (!args.n_steps && args.sequences.empty())
     throw TypeError("scan: give n_steps or at least one sequence: nothing else tells how many steps to run" + where(loc));
@@ -852,8 +854,24 @@ Built build_scan(const std::function<std::vector<Var>(const std::vector<Var>&)>&
     return it != inside.end() && it->second;
   };
   const std::vector<Node*> order = topological_order(roots);
+  // What the body made and reads only in a branch of an ifelse stays in the body even where it
+  // does not depend on the body's inputs: computed before the loop, it would run whether or not a
+  // step takes the branch, and fail where the branch could not run.
+  std::unordered_set<const Node*> every_step;
+  std::vector<const Node*> stack;
+  auto reach = [&](const Var& v) {
+    if (const Node* n = v.get()->owner; n && every_step.insert(n).second) stack.push_back(n);
+  };
+  for (const Var& r : roots) reach(r);
+  while (!stack.empty()) {
+    const Node* n = stack.back();
+    stack.pop_back();
+    if (dynamic_cast<const IfElse*>(n->op.get())) reach(n->inputs[0]);
+    else
+      for (const Var& in : n->inputs) reach(in);
+  }
   for (Node* n : order) {
-    bool any = false;
+    bool any = n->outputs[0]->id > made_before_body && !every_step.count(n);
     for (const Var& in : n->inputs) any = any || is_inside(in);
     for (const auto& o : n->outputs) inside[o.get()] = any;
   }
