@@ -100,6 +100,25 @@ TEST(DebugMode, NanGuardNamesTheFirstOp) {
 // Issue 9, item 18: the debug mode ran the untaken branch of an ifelse (a call that plain and
 // fast_run answer failed), and flagged the more exact stabilized log(1 - sigmoid(28)) as a bad
 // optimization because it compared against the unstable graph's value.
+// A loop ending on until() leaves the rows of the steps it did not take unwritten: the NaN guard
+// reads only what the ops write (the gradient keeps every row of the bound).
+TEST(DebugMode, NanGuardIgnoresTheRowsALoopDidNotReach) {
+  Var s = scalar("s", f64);
+  ScanResult u = scan(
+      [](const std::vector<Var>& a) {
+        const Var v = a[0] * 2.0;
+        return std::vector<Var>{v, until(v > 100.0)};
+      },
+      {.outputs_info = {s}, .n_steps = 50});
+  const Var g = grad(sum(u.outputs[0]), s);
+  Function f = function({s}, {u.outputs[0], g}, {.mode = Mode::debug({.nan_guard = true})});
+  for (int call = 0; call < 2; ++call) {
+    const auto out = f(Tensor::scalar(1.0));
+    expect_values(out[0], {2, 4, 8, 16, 32, 64, 128});
+    EXPECT_DOUBLE_EQ(out[1].item<double>(), 254.0);
+  }
+}
+
 TEST(DebugMode, RunsOnlyTheTakenBranch) {
   Var c = scalar("c", b8), x = vector("x");
   Var z = ifelse(c, x * 2.0, zeros_like(x) + take(x, constant(Tensor::from(std::vector<int64_t>{5}))));

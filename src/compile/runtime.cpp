@@ -589,6 +589,18 @@ void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& 
         if (options.checks) {
           before.clear();
           for (const Tensor& t : inputs) before.push_back(t.defined() ? t.clone() : Tensor());
+          // Only what the op writes may trip the NaN guard: the buffers made for its outputs (in
+          // the arena or allocated now, not lent) are cleared first, since a loop ending on until()
+          // leaves the rows of the steps it did not take as they were.
+          if (options.checks->nan_guard)
+            for (size_t o = 0; o < ins.outputs.size(); ++o) {
+              const int s = ins.outputs[o];
+              const Tensor& out = slots[s];
+              const auto overlaps = [&](const Tensor& in) { return in.defined() && out.shares_memory(in); };
+              const bool made_for_it = plan.offset[s] >= 0 || (plan.reuse_input[s] < 0 && !plan.supplied[s]);
+              if (!ins.output_is_view[o] && made_for_it && std::none_of(inputs.begin(), inputs.end(), overlaps))
+                std::memset(out.raw_data(), 0, out.nbytes());
+            }
         }
         const auto start = options.times ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
         run_node(*ins.node, *ins.executable, inputs, outputs, scratch);
