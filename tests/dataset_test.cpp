@@ -67,6 +67,14 @@ TEST(FashionMnist, ReadsPlainAndCompressedIdxFilesAndRejectsOthers) {
   std::filesystem::copy_file(dir + "/t10k-labels-idx1-ubyte.gz", gunzipped + "/t10k-labels-idx1-ubyte",
                              std::filesystem::copy_options::overwrite_existing);
   EXPECT_EQ(FashionMnist(Split::test, gunzipped).size(), 2);
+  // An error names the file read, not the compressed name it was looked for under.
+  write_bytes(gunzipped + "/t10k-labels-idx1-ubyte", {0, 0, 8, 1, 0, 0, 0, 3, 9, 4});
+  try {
+    FashionMnist(Split::test, gunzipped);
+    ADD_FAILURE() << "no error";
+  } catch (const IOError& e) {
+    EXPECT_NE(std::string(e.what()).find("t10k-labels-idx1-ubyte is truncated"), std::string::npos) << e.what();
+  }
   std::filesystem::remove_all(gunzipped);
   expect_values(test_split.get(0)["image"], {0, 1, 0.2, 0.4}, 1e-6);
   EXPECT_EQ(test_split.get(1)["label"].item<int64_t>(), 4);
@@ -74,6 +82,8 @@ TEST(FashionMnist, ReadsPlainAndCompressedIdxFilesAndRejectsOthers) {
 
   write_bytes(dir + "/t10k-labels-idx1-ubyte.gz", {0, 0, 8, 1, 0, 0, 0, 3, 9, 4});  // promises 3 labels
   expect_error<IOError>([&] { FashionMnist(Split::test, dir); }, {"t10k-labels", "promises 3", "holds 2"});
+  write_bytes(dir + "/t10k-labels-idx1-ubyte.gz", {0, 0, 8, 1, 0, 0, 0, 2, 5, 200});  // not a class
+  expect_error<IOError>([&] { FashionMnist(Split::test, dir); }, {"t10k-labels", "label 1 is 200", "0..9"});
   write_bytes(dir + "/t10k-labels-idx1-ubyte.gz", {'n', 'o', 't', ' ', 'i', 'd', 'x', '!', 9});
   expect_error<IOError>([&] { FashionMnist(Split::test, dir); }, {"t10k-labels", "not an IDX file"});
   expect_error<IOError>([&] { FashionMnist(Split::train, dir); },

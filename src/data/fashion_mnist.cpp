@@ -13,8 +13,9 @@ namespace {
 
 const char* kInstallHint = "; Debian installs Fashion-MNIST with: apt-get install dataset-fashion-mnist";
 
-// The file's bytes, gunzipped when they are compressed (zlib reads plain files as they are).
-std::vector<uint8_t> read_file(std::string path) {
+// The file's bytes, gunzipped when they are compressed (zlib reads plain files as they are); path
+// becomes the name of the file read.
+std::vector<uint8_t> read_file(std::string& path) {
   gzFile f = gzopen(path.c_str(), "rb");
   if (!f && path.ends_with(".gz")) {  // the same file gunzipped, under the name gunzip gives it
     if ((f = gzopen(path.substr(0, path.size() - 3).c_str(), "rb"))) path.resize(path.size() - 3);
@@ -54,7 +55,7 @@ std::vector<int64_t> idx_sizes(const std::vector<uint8_t>& d, uint32_t ndim, con
   return sizes;
 }
 
-Tensor read_images(const std::string& path) {
+Tensor read_images(std::string& path) {
   const std::vector<uint8_t> d = read_file(path);
   const std::vector<int64_t> sizes = idx_sizes(d, 3, path);
   const int64_t n = sizes[0], pixels = sizes[1] * sizes[2];
@@ -64,23 +65,29 @@ Tensor read_images(const std::string& path) {
   return images;
 }
 
-Tensor read_labels(const std::string& path) {
+Tensor read_labels(std::string& path) {
   const std::vector<uint8_t> d = read_file(path);
   const int64_t n = idx_sizes(d, 1, path)[0];
   Tensor labels = Tensor::empty({n}, i64);
   int64_t* p = labels.data<int64_t>();
-  for (int64_t i = 0; i < n; ++i) p[i] = d[8 + static_cast<size_t>(i)];
+  for (int64_t i = 0; i < n; ++i) {
+    p[i] = d[8 + static_cast<size_t>(i)];
+    if (p[i] > 9)
+      throw IOError("FashionMnist: " + path + " is malformed: label " + std::to_string(i) + " is " + std::to_string(p[i]) +
+                    ", not a class in 0..9" + kInstallHint);
+  }
   return labels;
 }
 
 NamedTensors read_split(Split split, const std::string& directory) {
   const std::string prefix = directory + (split == Split::train ? "/train" : "/t10k");
   const InternalTensors internal;
-  Tensor images = read_images(prefix + "-images-idx3-ubyte.gz");
-  Tensor labels = read_labels(prefix + "-labels-idx1-ubyte.gz");
+  std::string images_path = prefix + "-images-idx3-ubyte.gz", labels_path = prefix + "-labels-idx1-ubyte.gz";
+  Tensor images = read_images(images_path);
+  Tensor labels = read_labels(labels_path);
   if (images.shape()[0] != labels.shape()[0])
-    throw IOError("FashionMnist: " + prefix + "-images-idx3-ubyte.gz holds " + std::to_string(images.shape()[0]) +
-                  " images but " + prefix + "-labels-idx1-ubyte.gz holds " + std::to_string(labels.shape()[0]) + " labels");
+    throw IOError("FashionMnist: " + images_path + " holds " + std::to_string(images.shape()[0]) + " images but " + labels_path +
+                  " holds " + std::to_string(labels.shape()[0]) + " labels");
   return {{"image", images}, {"label", labels}};
 }
 
