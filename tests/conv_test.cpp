@@ -119,6 +119,10 @@ TEST(Conv2d, BadShapesAndDtypesNameTheOpAndTheShapes) {
   expect_error<ShapeError>([&] { conv2d(x, w, {.padding = Padding(INT64_MAX)}); }, {"conv2d", "padding"});
   m = message(random_tensor({1, 1, 2, 2}, f32), random_tensor({1, 1, 3, 1}, f32), {.dilation = {int64_t{1} << 30, 1}});
   EXPECT_NE(m.find("more than the padded input"), std::string::npos) << m;
+  // The largest padding accepted, on a 1x1 image: an output too large to count names the op and
+  // the user's line.
+  m = message(random_tensor({1, 1, 1, 1}, f32), random_tensor({1, 1, 1, 1}, f32), {.padding = Padding(2147483647)});
+  for (const char* part : {"64-bit count", "conv2d", "f32(1,1,1,1)", "conv_test.cpp"}) EXPECT_NE(m.find(part), std::string::npos) << m;
 }
 
 TEST(Conv2d, ASteadyTrainingStepAllocatesNothingAndMatchesAtOneAndTwoThreads) {

@@ -214,7 +214,7 @@ TEST(SparseOps, RowAndColumnSlicesWithSymbolicBoundsClampAsNumPy) {
   verify_grad([&](std::vector<Var> v) { return dense(rows(with_pattern(v[0], value), 1, 4)) * 3.0; }, {value.data()});
   verify_grad([&](std::vector<Var> v) { return sum(row(with_pattern(v[0], value), -2), 1); }, {value.data()});
   expect_error<ShapeError>([&] { f(sparse_from_dense(a, SparseFormat::csr), sparse_from_dense(a, SparseFormat::csc), bound(6), bound(7)); },
-                           {"sparse_major_index", "index 6 is out of range for 6 rows"});
+                           {"sparse_major_index", "index 6 is out of range for a matrix of 6 rows if it is CSR"});
   expect_error<ShapeError>([&] { f(sparse_from_dense(a, SparseFormat::csr), sparse_from_dense(a, SparseFormat::csc), bound(-7), bound(7)); },
                            {"index -7 is out of range"});
   expect_error<TypeError>([&] { rows(y, 0, 1); }, {"rows(csc f64 matrix y)", "columns(x, ...)"});

@@ -117,6 +117,7 @@ SlotFacts infer_slot_facts(const Program& p, const std::vector<Shape>& input_sha
     std::vector<Shape> out_shapes;
     try {
       out_shapes = ins.executable->infer_shapes(*ins.node, shapes, values);
+      for (const Shape& shape : out_shapes) shape_numel(shape);  // a count that overflows is this op's error
     } catch (const Error& e) {
       // The shapes depend on values known when it runs; inside a branch that may not run, a
       // failure is only an error if the branch runs.

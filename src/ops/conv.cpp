@@ -107,7 +107,8 @@ ConvGeometry ConvOp::geometry(const Shape& input, const Shape& filters) const {
   if (g.kernel_h < 1 || g.kernel_w < 1 || g.height + top + bottom < extent_h || g.width + left + right < extent_w)
     return fail("the kernel spans " + std::to_string(extent_h) + "x" + std::to_string(extent_w) +
                 " pixels (dilation included), more than the padded input's " + std::to_string(g.height + top + bottom) + "x" +
-                std::to_string(g.width + left + right) + " (pad the input or use padding=same)");
+                std::to_string(g.width + left + right) +
+                (options_.padding.rule == Padding::same ? std::string(" (the input is empty)") : std::string(" (pad the input or use padding=same)")));
   g.out_h = (g.height + top + bottom - extent_h) / g.stride_h + 1;
   g.out_w = (g.width + left + right - extent_w) / g.stride_w + 1;
   return g;

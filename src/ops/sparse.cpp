@@ -243,8 +243,8 @@ SliceExtent slice_extent(const Op& op, bool single, const Tensor& indptr, const 
   if (n < 0) throw ShapeError(op.name() + ": indptr is empty; it needs one entry per row (column) and one more");
   const int64_t index = start.item<int64_t>();
   if (single && (index < -n || index >= n))
-    throw ShapeError(op.name() + ": index " + std::to_string(index) + " is out of range for " + std::to_string(n) +
-                     " rows (columns of a CSC matrix)");
+    throw ShapeError(op.name() + ": index " + std::to_string(index) + " is out of range for a matrix of " + std::to_string(n) +
+                     " rows if it is CSR, columns if CSC (counted from 0, or from the end when negative)");
   const auto [first, last] = single ? std::pair<int64_t, int64_t>{index < 0 ? index + n : index, (index < 0 ? index + n : index) + 1}
                                     : clamped_bounds(index, stop.item<int64_t>(), n);
   const int64_t* ptr = indptr.data<int64_t>();

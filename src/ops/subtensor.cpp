@@ -514,8 +514,9 @@ class OneHotEncodeKernel final : public KernelOf<OneHotEncode> {
       const int64_t c = i < 0 ? i + n : i;
       if (c < 0 || c >= n)
         throw ShapeError(op().name() + ": index " + std::to_string(i) + " is out of bounds for " + std::to_string(n) +
-                         " classes (indices " + idx.str() + "); indices must lie in [-" + std::to_string(n) + ", " +
-                         std::to_string(n) + ")");
+                         " classes (indices " + idx.str() + ")" +
+                         (n == 0 ? std::string("; with no classes, no index is valid")
+                                 : "; indices must lie in [-" + std::to_string(n) + ", " + std::to_string(n) + ")"));
       column[j] = c;
     }
     dispatch_dtype(o.dtype(), [&](auto tag) {
