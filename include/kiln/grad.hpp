@@ -26,9 +26,9 @@ std::vector<Var> Rop(const std::vector<Var>& f, const std::vector<Var>& wrt, con
                      GradOptions options = {}, Loc loc = Loc::current());
 // d y / d x, of shape y.shape + x.shape, built with a scan over y's elements (one gradient per
 // step), so the graph does not grow with y's length. A 0-d y gives grad(y, x).
-Var jacobian(const Var& y, const Var& x, GradOptions options = {});
+Var jacobian(const Var& y, const Var& x, GradOptions options = {}, Loc loc = Loc::current());
 // The second derivative of a 0-d cost, of shape x.shape + x.shape: jacobian(grad(cost, x), x).
-Var hessian(const Var& cost, const Var& x, GradOptions options = {});
+Var hessian(const Var& cost, const Var& x, GradOptions options = {}, Loc loc = Loc::current());
 
 struct JacobianOptions {
   // false: the scan above, one row of the Jacobian per step, working memory of one gradient.
@@ -38,8 +38,8 @@ struct JacobianOptions {
   bool vectorize = false;
   GradOptions grad = {};
 };
-Var jacobian(const Var& y, const Var& x, JacobianOptions options);
-Var hessian(const Var& cost, const Var& x, JacobianOptions options);
+Var jacobian(const Var& y, const Var& x, JacobianOptions options, Loc loc = Loc::current());
+Var hessian(const Var& cost, const Var& x, JacobianOptions options, Loc loc = Loc::current());
 
 struct VerifyOptions {
   double eps = 0;       // relative step; 0: per dtype (f64 1e-7, f32 3e-4), as Theano

@@ -12,14 +12,15 @@ namespace kiln {
 namespace {
 
 // Row i of the flattened y differentiated at step i; the rows stacked.
-Var rows_by_scan(const Var& flat, const Var& x, GradOptions options) {
+Var rows_by_scan(const Var& flat, const Var& x, GradOptions options, const Loc& loc) {
   ScanResult rows = scan(
       [&](const std::vector<Var>& a) {
         const Var& i = a[0];
         return std::vector<Var>{i + int64_t{1}, grad(flat[VarIndex(i)], x, options)};
       },
       {.sequences = {}, .outputs_info = {Taps{constant(Tensor::scalar(int64_t{0}))}, std::nullopt}, .non_sequences = {},
-       .n_steps = shape_of(flat)[0]});
+       .n_steps = shape_of(flat, loc)[0]},
+      loc);
   return rows.outputs[1];
 }
 
@@ -39,31 +40,35 @@ Var rows_by_batch(const Var& flat, const Var& x, GradOptions options) {
   return pad_left(rows, rows.ndim() + 1, Loc::current()) * dimshuffle(ones, column);
 }
 
-Var jacobian_of(const Var& y, const Var& x, GradOptions options, bool vectorize) {
+Var jacobian_of(const Var& y, const Var& x, GradOptions options, bool vectorize, const Loc& loc) {
   if (!y.defined() || !x.defined()) throw GradError("jacobian: y or x is an empty Var");
   if (!is_float(y.dtype())) throw GradError("jacobian: y must be a float value, got " + y.type().str());
   try {
     if (y.ndim() == 0) return grad(y, x, options);
-    const Var flat = flatten(y, 1);
-    const Var rows = vectorize ? rows_by_batch(flat, x, options) : rows_by_scan(flat, x, options);
-    return reshape(rows, concatenate({shape_of(y), shape_of(x)}), y.ndim() + x.ndim());
+    const Var flat = flatten(y, 1, loc);
+    const Var rows = vectorize ? rows_by_batch(flat, x, options) : rows_by_scan(flat, x, options, loc);
+    return reshape(rows, concatenate({shape_of(y, loc), shape_of(x, loc)}, 0, loc), y.ndim() + x.ndim(), loc);
   } catch (const GradError& e) {
     throw GradError("jacobian of y " + y.type().str() + " in x '" + x.get()->label() + "' " + x.type().str() +
                     (vectorize ? " (every element of y at once by Lop): " : " (each element of y by grad): ") + e.what());
   }
 }
 
-Var hessian_of(const Var& cost, const Var& x, GradOptions options, bool vectorize) {
+Var hessian_of(const Var& cost, const Var& x, GradOptions options, bool vectorize, const Loc& loc) {
   if (!cost.defined() || cost.ndim() != 0)
     throw GradError("hessian: the cost must be a scalar (0-d), got " + (cost.defined() ? cost.type().str() : std::string("an empty Var")));
-  return jacobian_of(grad(cost, x, options), x, options, vectorize);
+  return jacobian_of(grad(cost, x, options), x, options, vectorize, loc);
 }
 
 }  // namespace
 
-Var jacobian(const Var& y, const Var& x, GradOptions options) { return jacobian_of(y, x, options, false); }
-Var jacobian(const Var& y, const Var& x, JacobianOptions options) { return jacobian_of(y, x, options.grad, options.vectorize); }
-Var hessian(const Var& cost, const Var& x, GradOptions options) { return hessian_of(cost, x, options, false); }
-Var hessian(const Var& cost, const Var& x, JacobianOptions options) { return hessian_of(cost, x, options.grad, options.vectorize); }
+Var jacobian(const Var& y, const Var& x, GradOptions options, Loc loc) { return jacobian_of(y, x, options, false, loc); }
+Var jacobian(const Var& y, const Var& x, JacobianOptions options, Loc loc) {
+  return jacobian_of(y, x, options.grad, options.vectorize, loc);
+}
+Var hessian(const Var& cost, const Var& x, GradOptions options, Loc loc) { return hessian_of(cost, x, options, false, loc); }
+Var hessian(const Var& cost, const Var& x, JacobianOptions options, Loc loc) {
+  return hessian_of(cost, x, options.grad, options.vectorize, loc);
+}
 
 }  // namespace kiln
