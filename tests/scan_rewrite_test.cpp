@@ -1,5 +1,7 @@
 // The rewrites of loops (src/rewrite/scan.cpp), each tested by what it changes: the loops left,
 // what their bodies compute, the memory planned; and by the values, equal to the graph as built.
+#include <cmath>
+
 #include "test_util.hpp"
 
 using namespace kiln;
@@ -102,6 +104,43 @@ TEST(ScanSaveMemory, ValuesAndErrorsAreThoseOfTheWholeLoop) {
   // Reading more rows from the end than there were steps fails as without the ring.
   EXPECT_THROW(f({values[0], Tensor::scalar(int64_t{1}), values[2]}), ShapeError);
   EXPECT_THROW(f({values[0], Tensor::scalar(int64_t{0}), values[2]}), ShapeError);
+}
+
+// A loop ending on until() read at its last rows keeps a ring too: a large bound on the steps
+// (the while-loop idiom) costs no memory, and the values and errors are those of the whole loop,
+// with taps reaching two steps back (lead rows) and none.
+TEST(ScanSaveMemory, ALoopEndingOnUntilReadAtItsLastRowsKeepsARing) {
+  Var s = scalar("s", f64), n = scalar("n", i64), pair = vector("pair", f64);
+  ScanResult doubling = scan(
+      [](const std::vector<Var>& a) {
+        const Var v = a[0] * 2.0;
+        return std::vector<Var>{v, until(v > 100.0)};
+      },
+      {.outputs_info = {s}, .n_steps = n});
+  ScanResult fibonacci = scan(
+      [](const std::vector<Var>& a) {
+        const Var v = a[0] + a[1];
+        return std::vector<Var>{v, until(v > 20.0)};
+      },
+      {.outputs_info = {Taps{pair, {-2, -1}}}, .n_steps = n});
+  const std::vector<Var> reads{doubling.outputs[0][VarIndex(-1)], doubling.outputs[0][VarIndex(-2)], fibonacci.outputs[0][VarIndex(-1)]};
+  const Tensor pair_value = Tensor::from({1.0, 1.0}, {2});
+  Function f = compare_with_plain({s, n, pair}, reads, {Tensor::scalar(1.0), Tensor::scalar(int64_t{50}), pair_value});
+  EXPECT_EQ(fired(f, "scan_save_memory"), 2);
+  for (int64_t bound : {int64_t{2}, int64_t{3}, int64_t{50}, int64_t{1} << 40}) {
+    const auto out = f(Tensor::scalar(1.0), Tensor::scalar(bound), pair_value);
+    const double last = bound < 7 ? std::pow(2.0, static_cast<double>(bound)) : 128.0;
+    EXPECT_DOUBLE_EQ(out[0].item<double>(), last) << bound;
+    EXPECT_DOUBLE_EQ(out[1].item<double>(), last / 2) << bound;
+    EXPECT_DOUBLE_EQ(out[2].item<double>(), bound == 2 ? 3.0 : bound == 3 ? 5.0 : 21.0) << bound;
+  }
+  EXPECT_LT(f.memory_report({{}, {}, {2}}).planned_peak_bytes, 4096);
+  // Reading more rows from the end than there were steps fails as without the ring.
+  EXPECT_THROW(f(Tensor::scalar(1.0), Tensor::scalar(int64_t{1}), pair_value), ShapeError);
+  // Every row read keeps every row.
+  Function all = function({s, n}, {doubling.outputs[0]});
+  EXPECT_EQ(fired(all, "scan_save_memory"), 0);
+  expect_values(all(Tensor::scalar(1.0), Tensor::scalar(int64_t{50}))[0], {2, 4, 8, 16, 32, 64, 128});
 }
 
 TEST(ScanSaveMemory, DebugModeChecksTheRowsRead) {

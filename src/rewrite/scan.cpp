@@ -314,11 +314,22 @@ bool reads_steps(const Node* reader, int64_t lead) {
   return sub && sub->entries().size() == 1 && sub->entries()[0] == IndexEntry{false, 0, lead, std::nullopt, 1};
 }
 
+// True when reader is row_range(x, lead, count): the rows a loop that may stop early (until) wrote,
+// count being its step count.
+bool reads_counted_steps(const Node* reader, int64_t lead, const Variable* count) {
+  if (!reader || !dynamic_cast<const RowRange*>(reader->op.get()) || reader->inputs[2].get() != count) return false;
+  const auto& start = reader->inputs[1].get()->constant;
+  return start && start->numel() == 1 && start->item_as_double(0) == static_cast<double>(lead);
+}
+
 std::vector<Var> save_memory(FunctionGraph& graph, Node& node) {
   Parts p = decompose(node);
-  if (p.until.defined()) return {};  // a loop that stops early hands back its rows by count
+  // A loop that may stop early (until) hands back the rows its steps wrote, row_range(y, lead,
+  // count): only those are read through a ring, never y's own last rows, which no step may have
+  // reached.
+  const Variable* count = p.until.defined() ? node.outputs.back().get() : nullptr;
   // What reads the last rows of an output that keeps a ring: y[-k] itself (steps_of null), or
-  // y[lead:][-k] (steps_of that y[lead:]).
+  // y[lead:][-k] (steps_of that y[lead:]), or row_range(y, lead, count)[-k] with until.
   struct LastRowsReader {
     size_t output;
     Node* reader;
@@ -334,10 +345,10 @@ std::vector<Var> save_memory(FunctionGraph& graph, Node& node) {
     bool only_last_rows = true;
     std::vector<LastRowsReader> found;
     for (const auto& [client, position] : graph.clients(node.outputs[j].get())) {
-      if (const auto k = row_from_end(client)) {
+      if (const auto k = row_from_end(client); k && !count) {
         last = std::max(last, *k);
         found.push_back({j, client, nullptr});
-      } else if (lead > 0 && reads_steps(client, lead)) {
+      } else if (count ? reads_counted_steps(client, lead, count) : lead > 0 && reads_steps(client, lead)) {
         for (const auto& [reader, at] : graph.clients(client->outputs[0].get())) {
           const auto k = row_from_end(reader);
           only_last_rows = only_last_rows && k;
@@ -357,8 +368,9 @@ std::vector<Var> save_memory(FunctionGraph& graph, Node& node) {
   if (ringed.empty()) return {};
   const Assembled a = assemble(p);
   // The rewrite keeps the values the graph reads, the last rows, not the stacked output (which
-  // now holds a ring): each reader reads its rows from the ring. The steps' rows in a ring of R
-  // rows after n steps are its last min(n, R), so that reading more rows from the end than there
+  // now holds a ring): each reader reads its rows from the ring. After n steps (the step count
+  // with until), a ring of R rows holds min(lead + n, R) positions in order from its first row,
+  // the last min(n, that) of them the steps', so that reading more rows from the end than there
   // were steps fails as it did before.
   std::unordered_map<const Node*, Var> steps_rows;
   for (const LastRowsReader& r : readers) {
@@ -366,9 +378,10 @@ std::vector<Var> save_memory(FunctionGraph& graph, Node& node) {
     if (r.steps_of) {
       auto [it, fresh] = steps_rows.try_emplace(r.steps_of, Var());
       if (fresh) {
-        const Var count = shape_of(rows, node.loc)[0];
-        const Var written = minimum(p.steps(), count, node.loc);
-        it->second = row_range(rows, count - written, written, node.loc);
+        const Var steps = a.count.defined() ? a.count : p.steps();
+        const Var held = minimum(steps + lead_rows(p.outputs[r.output].taps), shape_of(rows, node.loc)[0], node.loc);
+        const Var written = minimum(steps, held, node.loc);
+        it->second = row_range(rows, held - written, written, node.loc);
       }
       rows = it->second;
     }
