@@ -99,6 +99,39 @@ TEST(Fusion, ValuesAlsoReadOutsideTheGroupComeOutOfTheSamePass) {
   EXPECT_EQ(multi_output_composites(g), 1) << g.graph_text();
 }
 
+// A dimension not declared broadcastable may be 1 when the function runs, and NumPy broadcasts it:
+// a value read outside the group that the group widens against another input keeps its own shape
+// (the pass computes it in the group's shape, then its own rows are copied out).
+TEST(Fusion, AValueTheGroupWidensAtRunTimeKeepsItsShape) {
+  Var x = matrix("x", f64), y = matrix("y", f64);
+  const Var h = x * 2.0;
+  const Tensor row = Tensor::from({1.0, 2.0, 3.0}, {1, 3}), ones = Tensor::ones({4, 3}, f64);
+  Function f = compare_with_plain({x, y}, {h + y, sum(h, {0}), h}, {row, ones});
+  EXPECT_EQ(multi_output_composites(f), 1) << f.graph_text();
+  EXPECT_EQ(f(row, ones)[2].shape(), (Shape{1, 3}));
+  expect_values(f(row, ones)[1], {2, 4, 6});
+  // The same function on shapes that need no widening, then again on ones that do.
+  expect_values(f(Tensor::full({4, 3}, 1.0, f64), ones)[1], {8, 8, 8});
+  expect_values(f(Tensor::from({1.0, 2.0, 3.0, 4.0}, {4, 1}), ones)[1], {20});
+  // Large enough for the pass to run on threads.
+  const Tensor wide = random_tensor({1, 300000}, f64, -1, 1, 3), tall = random_tensor({4, 300000}, f64, -1, 1, 4);
+  compare_with_plain({x, y}, {h + y, sum(h, {0}), h}, {wide, tall});
+  // The same read by a gradient and by a shared variable's update, which keeps its shape.
+  Shared scale = shared(Tensor::zeros({1, 3}, f64), "log_scale");
+  const Var g = grad(sum(x * exp(scale)), scale);
+  expect_values(function({x}, {g})(ones)[0], {4, 4, 4});
+  Shared s = shared(row, "s");
+  const Var doubled = s * 2.0;
+  function({y}, {doubled + y}, {.updates = {{s, doubled}}})(ones);
+  EXPECT_EQ(s.get_value().shape(), (Shape{1, 3}));
+  expect_values(s.get_value(), {2, 4, 6});
+  // Where the other inputs are 1 along every axis, the value cannot be widened: one pass writes both.
+  Var v = vector("v", f64), c = scalar("c", f64);
+  const Var e = exp(v) * c;
+  Function one_pass = compare_with_plain({v, c}, {e, tanh(e) + 1.0}, {random_tensor({7}), Tensor::scalar(0.5)}, 1e-12);
+  EXPECT_EQ(multi_output_composites(one_pass), 1) << one_pass.graph_text();
+}
+
 TEST(Fusion, AValueReadByWhatFeedsTheGroupStaysOutside) {
   // s reads a and feeds the root: a joining the root's pass as an extra output would make the
   // fused node read its own output. The same through a second group of another shape: c reads a

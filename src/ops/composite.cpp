@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "ops/composite_jit.hpp"
+#include "tensor/copy.hpp"
 #include "tensor/dispatch.hpp"
 #include "tensor/small_vector.hpp"
 #include "tensor/isa.hpp"
@@ -231,6 +232,14 @@ Composite::Composite(int n_inputs, std::vector<ScalarInstruction> program, Type 
     if (reduction_ || r < n_inputs_ || r >= last || repeated)
       throw TypeError("composite: output register " + std::to_string(r) + " must be another instruction's than the last (" +
                        std::to_string(last) + "), once, and without a reduction");
+    std::vector<bool> read(static_cast<size_t>(r) + 1, false);
+    read[static_cast<size_t>(r)] = true;
+    for (int reg = r; reg >= n_inputs_; --reg)
+      if (read[static_cast<size_t>(reg)])
+        for (int a : program_[static_cast<size_t>(reg - n_inputs_)].args) read[static_cast<size_t>(a)] = true;
+    std::vector<int>& inputs = extra_inputs_.emplace_back();
+    for (int i = 0; i < n_inputs_; ++i)
+      if (read[static_cast<size_t>(i)]) inputs.push_back(i);
   }
 }
 
@@ -265,7 +274,18 @@ std::vector<Type> Composite::infer_types(const std::vector<Type>& in) const {
 std::vector<Shape> Composite::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
   Shape full;
   broadcast_into(full, in, [](const Shape& s) -> const Shape& { return s; }, *this);
-  if (!reduction_) return std::vector<Shape>(1 + extra_outputs_.size(), full);
+  if (!reduction_) {
+    std::vector<Shape> shapes{full};
+    for (const std::vector<int>& inputs : extra_inputs_) {
+      Shape& own = shapes.emplace_back(full.size(), 1);
+      for (int i : inputs) {
+        const Shape& s = in[static_cast<size_t>(i)];
+        for (size_t d = 0; d < s.size(); ++d)
+          if (s[d] != 1) own[d + full.size() - s.size()] = s[d];  // all the sizes not 1 agree (checked above)
+      }
+    }
+    return shapes;
+  }
   Shape out;
   for (int64_t d = 0; d < static_cast<int64_t>(full.size()); ++d) {
     const bool reduced = std::find(reduction_->axes.begin(), reduction_->axes.end(), d) != reduction_->axes.end();
@@ -313,12 +333,24 @@ class CompositeKernel final : public KernelOf<Composite> {
     int64_t total = 1;
     for (int64_t d : shape) total *= d;
     const int threads = total >= kParallelElements ? std::max(omp_get_max_threads(), 1) : 1;
-    return static_cast<int64_t>(thread_bytes(block_of(total), op().reduction() ? shape_numel(outputs[0]) : 0)) * threads;
+    int64_t widened = 0;
+    for (size_t e = 0; e + 1 < outputs.size(); ++e)
+      if (!std::ranges::equal(outputs[e + 1], shape)) widened += widened_bytes(e, total);
+    return static_cast<int64_t>(thread_bytes(block_of(total), op().reduction() ? shape_numel(outputs[0]) : 0)) * threads + widened;
   }
 
   void run(InputValues in, OutputValues out, std::span<std::byte> scratch) const override;
 
  private:
+  // The room for extra output e computed in the result's shape of `total` elements.
+  int64_t widened_bytes(size_t e, int64_t total) const {
+    const int64_t bytes = total * static_cast<int64_t>(dtype_size(reg_dtype_[static_cast<size_t>(op().extra_outputs()[e])]));
+    return (bytes + 63) / 64 * 64;
+  }
+  // An extra output smaller than the result (a dimension 1 at run time that the result broadcasts):
+  // the pass writes it in the result's shape into scratch, then its own rows are copied out.
+  void run_widened(InputValues in, OutputValues out, const Dims& shape, std::span<std::byte> scratch) const;
+
   // Each input has a block of its own (filled when it is broadcast); each computed register takes
   // a block that no later instruction reads, never one of its own operands (the loops then never
   // see a destination that overlaps a source), and an extra output's block is kept until the
@@ -384,6 +416,28 @@ class CompositeKernel final : public KernelOf<Composite> {
   int64_t block_ = kMinBlock;
 };
 
+void CompositeKernel::run_widened(InputValues in, OutputValues out, const Dims& shape, std::span<std::byte> scratch) const {
+  const Shape full(shape.begin(), shape.end());
+  int64_t total = 1;
+  for (int64_t d : shape) total *= d;
+  std::vector<Tensor> outputs(out.begin(), out.end());
+  size_t end = scratch.size();
+  for (size_t e = 1; e < outputs.size(); ++e) {
+    if (std::ranges::equal(outputs[e].shape(), shape)) continue;
+    end -= static_cast<size_t>(widened_bytes(e - 1, total));
+    const DType dtype = outputs[e].dtype();
+    outputs[e] = Tensor::view_of(Storage::borrow(scratch.data() + end, static_cast<size_t>(total) * dtype_size(dtype)), dtype, full,
+                                 contiguous_strides(full), 0);
+  }
+  run(in, OutputValues(outputs), scratch.first(end));
+  for (size_t e = 1; e < outputs.size(); ++e) {
+    Tensor& own = out[e];
+    if (std::ranges::equal(own.shape(), shape)) continue;
+    // Its own rows: the first along each axis the result widened.
+    copy_broadcast(own, outputs[e].view(own.shape(), outputs[e].strides(), 0));
+  }
+}
+
 void CompositeKernel::run(InputValues in, OutputValues out, std::span<std::byte> scratch) const {
   const Composite& composite = op();
   const auto& program = composite.program();
@@ -394,6 +448,8 @@ void CompositeKernel::run(InputValues in, OutputValues out, std::span<std::byte>
   const int64_t nd = static_cast<int64_t>(shape.size());
   int64_t total = 1;
   for (int64_t d : shape) total *= d;
+  for (size_t e = 1; e < out.size(); ++e)
+    if (!std::ranges::equal(out[e].shape(), shape)) return run_widened(in, out, shape, scratch);
   Tensor& o = out[0];
 
   const int result_reg = static_cast<int>(reg_dtype_.size()) - 1;

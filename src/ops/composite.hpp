@@ -40,6 +40,9 @@ class Composite final : public Op {
   const std::optional<FusedReduction>& reduction() const { return reduction_; }
   // The registers of outputs 1, 2, ...
   const std::vector<int>& extra_outputs() const { return extra_outputs_; }
+  // The inputs extra output e is computed from: its shape is theirs broadcast, which may be
+  // smaller than the result's when a dimension not declared broadcastable is 1 at run time.
+  const std::vector<int>& inputs_of_extra_output(size_t e) const { return extra_inputs_[e]; }
   void params(OpParams& out) const override;  // the whole program: ops, wiring, dtypes, outputs, reduction
   std::string name() const override;
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
@@ -62,6 +65,7 @@ class Composite final : public Op {
   Type result_;
   std::optional<FusedReduction> reduction_;
   std::vector<int> extra_outputs_;
+  std::vector<std::vector<int>> extra_inputs_;
 };
 
 void add_composite_kernels(KernelTable& table);
