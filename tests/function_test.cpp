@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <thread>
 
 #include "test_util.hpp"
@@ -194,6 +195,28 @@ TEST(Function, ReadersNeverSeeAnUpdateHalfDone) {
   const std::vector<float> final_w = w.get_value().to_vector<float>();
   EXPECT_EQ(*std::min_element(final_w.begin(), final_w.end()), static_cast<float>(steps));
   EXPECT_EQ(*std::max_element(final_w.begin(), final_w.end()), static_cast<float>(steps));
+}
+
+TEST(Function, ACallReadingSeveralSharedVariablesSeesThemAtOneMoment) {
+  // Each step adds 1 to a and to b together; a call reading both must never see one step's a with
+  // another's b (it loaded them one at a time, and a step could complete in between).
+  Shared a = shared(Tensor::zeros({1}, f64), "a"), b = shared(Tensor::zeros({1}, f64), "b");
+  Function step = function({}, {}, {.updates = {{a, a + 1.0}, {b, b + 1.0}}});
+  Function difference = function({}, {a - b});
+  std::atomic<bool> done{false};
+  std::vector<std::thread> trainers;
+  for (int t = 0; t < 2; ++t)
+    trainers.emplace_back([&] {
+      while (!done) step();
+    });
+  int torn = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 200000 && std::chrono::steady_clock::now() - start < std::chrono::milliseconds(400); ++i)
+    torn += difference()[0].item<double>() != 0.0;
+  done = true;
+  for (auto& th : trainers) th.join();
+  EXPECT_EQ(torn, 0);
+  EXPECT_EQ(a.get_value().item<double>(), b.get_value().item<double>());
 }
 
 TEST(Function, CallsHoldingSeveralSharedVariablesNeverDeadlock) {

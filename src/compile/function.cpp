@@ -37,6 +37,7 @@ struct CallContext {
   std::vector<Tensor> slots;
   std::vector<bool> lent;
   std::vector<std::optional<SharedContainer::Hold>> holds;
+  std::vector<std::optional<SharedContainer::Read>> reads;
   std::vector<Tensor> old_shared, new_values;
   RunBuffers run;
   std::shared_ptr<Storage> arena;  // kept between calls (FunctionOptions::keep_buffers)
@@ -638,11 +639,14 @@ void Function::run_call(std::span<const Tensor> args, std::vector<Tensor>& resul
   }
   // Shared variables: those the call updates are held for its whole run (their buffers may be
   // overwritten in place when no other handle refers to them and no input overlaps them), the
-  // others loaded; all in one global order, the containers' addresses, so that calls holding
-  // several never deadlock.
+  // others read under a shared lock until all are taken, so that the call sees every variable
+  // as it was at one moment; all in one global order, the containers' addresses, so that calls
+  // holding several never deadlock.
   const size_t n_shared = p.shared_slots.size();
   std::vector<std::optional<SharedContainer::Hold>>& holds = context.holds;
   if (holds.size() != n_shared) holds = std::vector<std::optional<SharedContainer::Hold>>(n_shared);
+  std::vector<std::optional<SharedContainer::Read>>& reads = context.reads;
+  if (reads.size() != n_shared) reads = std::vector<std::optional<SharedContainer::Read>>(n_shared);
   std::vector<Tensor>& old_shared = context.old_shared;
   old_shared.resize(n_shared);
   for (size_t i : f.shared_order) {
@@ -654,10 +658,11 @@ void Function::run_call(std::span<const Tensor> args, std::vector<Tensor>& resul
       lent[n_in + i] = alone;
       old_shared[i] = holds[i]->value();
     } else {
-      old_shared[i] = container.load();
+      old_shared[i] = reads[i].emplace(container).value();
     }
     slots[p.shared_slots[i].first] = old_shared[i];
   }
+  for (auto& read : reads) read.reset();
   for (const auto& [s, value] : p.constant_slots)
     if (!slots[s].defined()) slots[s] = value;  // kept from the last call
 

@@ -50,6 +50,18 @@ class SharedContainer {
     SharedContainer* container_;
     std::unique_lock<std::shared_mutex> lock_;
   };
+  // Shared access while a call takes its holds on the others, so that what it reads of several
+  // variables is their values at one moment, never one from before another call's updates and
+  // one from after.
+  class Read {
+   public:
+    explicit Read(const SharedContainer& c) : container_(&c), lock_(c.mutex_) {}
+    const Tensor& value() const { return container_->value_; }
+
+   private:
+    const SharedContainer* container_;
+    std::shared_lock<std::shared_mutex> lock_;
+  };
 
  private:
   mutable std::shared_mutex mutex_;
