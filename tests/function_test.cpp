@@ -31,6 +31,8 @@ TEST(Function, Givens) {
   Var x = vector("x", f64), y = vector("y", f64);
   Function f = function({x}, {x + y}, {.givens = {{y, x * 10.0}}});
   expect_values(f(Tensor::from({1.0, 2.0}, {2}))[0], {11, 22});
+  // A replacement reading the variable it replaces was replaced within itself: x + 10 gave x + 20.
+  expect_error<TypeError>([&] { function({x}, {x * 3.0}, {.givens = {{x, x + 10.0}}}); }, {"givens", "'x'", "itself", "function_test.cpp"});
 }
 
 // Issue 9, item 2: a replacement of another type was accepted: an f64 value read as f32 bits gave
@@ -129,6 +131,12 @@ TEST(Function, MemoryReport) {
   expect_error<Error>([&] { f.memory_report(); }, {"no call", "failed before"});
   f(Tensor::zeros({10, 10}));
   EXPECT_EQ(f.memory_report().naive_bytes, r.naive_bytes);
+  // Shapes a call would reject are rejected here too.
+  Var v = vector("v");
+  Function g = function({v}, {v * 2.0});
+  expect_error<TypeError>([&] { g.memory_report({{1000, 2}}); }, {"memory_report", "input 0", "1 dimensions", "(1000,2)"});
+  expect_error<TypeError>([&] { g.memory_report({{}}); }, {"memory_report", "1 dimensions"});
+  EXPECT_THROW(g.memory_report({{-3}}), ShapeError);
 }
 
 TEST(Function, ConcurrentCalls) {

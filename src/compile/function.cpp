@@ -803,6 +803,17 @@ MemoryReport Function::memory_report(const std::vector<Shape>& input_shapes) con
   if (input_shapes.size() != f.inputs.size())
     throw TypeError("memory_report: expects " + std::to_string(f.inputs.size()) + " input shapes, got " +
                     std::to_string(input_shapes.size()));
+  for (size_t i = 0; i < input_shapes.size(); ++i) {
+    const Type& type = f.inputs[i].variable.type();
+    if (static_cast<int64_t>(input_shapes[i].size()) != type.ndim())
+      throw TypeError("memory_report: " + input_label(f, i) + " expects " + std::to_string(type.ndim()) + " dimensions, got " +
+                      shape_str(input_shapes[i]));
+    for (int64_t d = 0; d < type.ndim(); ++d)
+      if (type.broadcastable[d] && input_shapes[i][static_cast<size_t>(d)] != 1)
+        throw ShapeError("memory_report: " + input_label(f, i) + " has a broadcastable dimension " + std::to_string(d) +
+                         " that must be 1, got " + shape_str(input_shapes[i]));
+    shape_numel(input_shapes[i]);  // no negative size, no count that overflows
+  }
   std::vector<Shape> shared_shapes;
   int64_t persistent = 0;
   for (const auto& [s, container] : f.program().shared_slots) {

@@ -4,6 +4,8 @@
 #include <atomic>
 #include <unordered_set>
 
+#include "graph/op.hpp"
+
 namespace kiln {
 
 std::vector<Node*> topological_order(const std::vector<Var>& outputs, size_t size_hint) {
@@ -74,7 +76,18 @@ FunctionGraph::FunctionGraph(std::vector<Var> inputs, const std::vector<Var>& ou
                              const std::vector<std::pair<Var, Var>>& givens)
     : inputs_(std::move(inputs)) {
   std::unordered_map<const Variable*, Var> map;
-  for (const auto& [var, replacement] : givens) map[var.get()] = replacement;
+  for (const auto& [var, replacement] : givens) {
+    // A replacement that reads what it replaces would be replaced within itself again and again.
+    if (replacement.get() != var.get())
+      for (const Node* n : topological_order({replacement}))
+        for (const Var& in : n->inputs)
+          if (in.get() == var.get())
+            throw TypeError("function: the givens replace '" + var.get()->label() + "' by a graph that reads '" +
+                            var.get()->label() + "' itself (" + n->op->name() + ", " + n->origin() +
+                            "); a replacement may not depend on the variable it replaces: replace it by a new input "
+                            "and compute the expression from that");
+    map[var.get()] = replacement;
+  }
   // A replacement is itself a graph whose clone stands in for the replaced variable: follow the
   // chain replaced -> replacement -> its clone.
   auto lookup = [&](const Var& v) -> Var {
