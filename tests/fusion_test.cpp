@@ -205,3 +205,14 @@ TEST(Fusion, CompositesThatWriteDifferentOutputsAreNotEqual) {
   expect_error<TypeError>([&] { Composite(1, program, type, FusedReduction{ReduceKind::sum, {0}, false}, {1}); },
                           {"without a reduction"});
 }
+
+// A fused op whose inputs do not broadcast names the fused node that fails and the user's line, as
+// the unfused graph would (it named only the fused op, built at the line of its last node).
+TEST(Fusion, ABroadcastErrorNamesTheFusedNodeThatFails) {
+  Var x = vector("x"), y = vector("y");
+  const Var z = exp(x) * 2.0;
+  const Var out = z + y;  const int add_line = __LINE__;
+  const Var g = grad(sum(out * out), x);
+  expect_error<ShapeError>([&] { function({x, y}, {out, g})(Tensor::ones({3}), Tensor::ones({2})); },
+                           {"cannot be broadcast", "in add", "fusion_test.cpp:" + std::to_string(add_line), "(3,) and (2,)"});
+}

@@ -197,15 +197,41 @@ void broadcast_into(Out& out, const Values& in, ShapeOf shape_of, const Composit
     for (size_t d = 0; d < s.size(); ++d) {
       const size_t od = d + nd - s.size();
       if (s[d] == out[od] || s[d] == 1) continue;
-      if (out[od] != 1)
+      if (out[od] != 1) {
+        std::vector<Shape> shapes;
+        for (const auto& each : in) shapes.push_back(shape_of(each));
         throw ShapeError(op.name() + ": input shapes cannot be broadcast together (dimension " + std::to_string(od) + " is " +
-                         std::to_string(out[od]) + " vs " + std::to_string(s[d]) + ")");
+                         std::to_string(out[od]) + " vs " + std::to_string(s[d]) + ")" + op.where_broadcast_fails(shapes));
+      }
       out[od] = s[d];
     }
   }
 }
 
 }  // namespace
+
+std::string Composite::where_broadcast_fails(const std::vector<Shape>& inputs) const {
+  std::vector<Shape> shapes(inputs);
+  for (const ScalarInstruction& ins : program_) {
+    Shape out;
+    for (int a : ins.args) {
+      const Shape& s = shapes[static_cast<size_t>(a)];
+      if (s.size() > out.size()) out.insert(out.begin(), s.size() - out.size(), 1);
+      for (size_t d = 0; d < s.size(); ++d) {
+        int64_t& o = out[d + out.size() - s.size()];
+        if (s[d] == o || s[d] == 1) continue;
+        if (o != 1) {
+          std::string operands;
+          for (int b : ins.args) operands += (operands.empty() ? "" : " and ") + shape_str(shapes[static_cast<size_t>(b)]);
+          return "; in " + std::string(scalar_op_name(ins.op)) + (ins.origin.empty() ? "" : ", " + ins.origin) + ", of " + operands;
+        }
+        o = s[d];
+      }
+    }
+    shapes.push_back(std::move(out));
+  }
+  return "";
+}
 
 bool Composite::fusable_axes(const std::vector<int64_t>& axes, int64_t ndim) {
   if (axes.empty()) return false;

@@ -14,6 +14,7 @@ struct ScalarInstruction {
   ScalarOp op;
   DType dtype;  // of the result
   std::vector<int> args;
+  std::string origin = {};  // the fused node's ("built at main.cpp:7"), for errors; not part of the op's meaning
 };
 
 // A sum or mean over all axes, a leading run of axes or a trailing run of axes (the ones a
@@ -57,6 +58,9 @@ class Composite final : public Op {
 
   // Whether a reduction over these axes of an ndim-dimensional value can be fused.
   static bool fusable_axes(const std::vector<int64_t>& axes, int64_t ndim);
+  // Where inputs of these shapes first fail to broadcast: "; in add, built at main.cpp:7, (3,) vs
+  // (2,)", or empty.
+  std::string where_broadcast_fails(const std::vector<Shape>& inputs) const;
   bool may_fail_on_values() const override { return false; }
 
  private:

@@ -101,7 +101,7 @@ Group grow_group(const FunctionGraph& graph, Node* root, const std::unordered_se
 
 ScalarInstruction instruction_of(const Node& n, const std::vector<int>& args) {
   const auto& e = static_cast<const Elemwise&>(*n.op);
-  return {e.scalar_op(), n.outputs[0]->type.dtype, args};
+  return {e.scalar_op(), n.outputs[0]->type.dtype, args, n.origin()};
 }
 
 // The program of a group (topological order, root last) over its external inputs, and the
