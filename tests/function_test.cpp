@@ -227,6 +227,30 @@ TEST(Function, ACallReadingSeveralSharedVariablesSeesThemAtOneMoment) {
   EXPECT_EQ(a.get_value().item<double>(), b.get_value().item<double>());
 }
 
+TEST(Function, AnUpdateOfAVariableTheGraphDoesNotReadTakesItsLockInOrder) {
+  // a_step holds x for its whole call and also sets y, which its graph does not read; its lock on
+  // y was taken at the end, out of order, while a reader of y and x held y: neither moved again.
+  Shared y = shared(Tensor::zeros({100}, f64), "y"), x = shared(Tensor::zeros({100}, f64), "x");
+  Var c = vector("c", f64);
+  Function a_step = function({c}, {sum(x)}, {.updates = {{x, x + 1.0}, {y, c * 2.0}}});
+  Function read_both = function({}, {sum(x) + sum(y)}), read_both_reversed = function({}, {sum(y) + sum(x)});
+  const Tensor cv = Tensor::ones({100}, f64);
+  std::atomic<int> a_calls{0}, reads{0};
+  std::thread a([&] {
+    for (; a_calls < 3000; ++a_calls) a_step(cv);
+  });
+  std::thread reader([&] {
+    for (; reads < 3000; ++reads) {
+      read_both();
+      read_both_reversed();
+    }
+  });
+  a.join();
+  reader.join();
+  EXPECT_EQ(x.get_value().to_vector<double>()[0], 3000.0);
+  EXPECT_EQ(y.get_value().to_vector<double>()[0], 2.0);
+}
+
 TEST(Function, CallsHoldingSeveralSharedVariablesNeverDeadlock) {
   // f updates a and reads b, g updates b and reads a: each call takes its variables in one global
   // order, so neither can wait for the other while holding what the other needs.

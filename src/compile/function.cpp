@@ -76,7 +76,12 @@ struct FunctionImpl {
   // updated variables (SharedContainer::Hold) and may compute their new values in their buffers.
   std::vector<int> update_of_shared;
   std::vector<int> shared_of_update;  // per update: its variable's shared slot index, or -1
-  std::vector<size_t> shared_order;   // shared slot indices by container address: the order of holds
+  // The variables updated that the graph does not read: held too, after the shared slots.
+  std::vector<SharedContainer*> unread_updated;
+  std::vector<size_t> hold_of_update;  // per update: its hold (a shared slot index, or after them)
+  // Shared slot indices and unread updated variables (numbered after the slots) by container
+  // address: the one global order in which every call takes its locks.
+  std::vector<size_t> shared_order;
   // Plans per signature (input and shared-variable shapes) and per set of lent buffers (the
   // borrowed inputs, then the updated shared variables, that this call may overwrite), and the
   // arena each thread keeps between its calls: a borrowed output stays valid until the same
@@ -501,18 +506,26 @@ Function function(std::vector<In> given_inputs, std::vector<Out> outputs, Functi
     }
   });
   f->shared_of_update.assign(f->updates.size(), -1);
-  f->shared_order.resize(f->program().shared_slots.size());
-  std::iota(f->shared_order.begin(), f->shared_order.end(), size_t{0});
-  std::sort(f->shared_order.begin(), f->shared_order.end(), [&](size_t a, size_t b) {
-    return std::less<>()(f->program().shared_slots[a].second, f->program().shared_slots[b].second);
-  });
   std::unordered_map<const SharedContainer*, int> update_of;
   for (size_t k = 0; k < f->updates.size(); ++k) update_of[f->updates[k].first.get()->shared.get()] = static_cast<int>(k);
-  for (size_t i = 0; i < f->program().shared_slots.size(); ++i) {
+  const size_t n_shared_slots = f->program().shared_slots.size();
+  for (size_t i = 0; i < n_shared_slots; ++i) {
     const auto it = update_of.find(f->program().shared_slots[i].second);
     f->update_of_shared.push_back(it == update_of.end() ? -1 : it->second);
     if (it != update_of.end()) f->shared_of_update[static_cast<size_t>(it->second)] = static_cast<int>(i);
   }
+  for (size_t k = 0; k < f->updates.size(); ++k) {
+    const int i = f->shared_of_update[k];
+    f->hold_of_update.push_back(i >= 0 ? static_cast<size_t>(i) : n_shared_slots + f->unread_updated.size());
+    if (i < 0) f->unread_updated.push_back(f->updates[k].first.get()->shared.get());
+  }
+  auto container_of = [&](size_t h) -> const SharedContainer* {
+    return h < n_shared_slots ? f->program().shared_slots[h].second : f->unread_updated[h - n_shared_slots];
+  };
+  f->shared_order.resize(n_shared_slots + f->unread_updated.size());
+  std::iota(f->shared_order.begin(), f->shared_order.end(), size_t{0});
+  std::sort(f->shared_order.begin(), f->shared_order.end(),
+            [&](size_t a, size_t b) { return std::less<>()(container_of(a), container_of(b)); });
   if (checks && (checks->ops || checks->nan_guard)) f->op_checks = OpChecks{checks->nan_guard};
   f->profiling = options.profile;
   for (const Program& schedule : f->schedules) f->times.emplace_back(schedule.code.size());
@@ -565,6 +578,7 @@ class ContextUse {
       if (!(plan_ && (plan_->value[s].defined() || (keeps_arena_ && plan_->in_arena[s]))))
         context_.run.release(context_.slots[s], s);
     for (auto& hold : context_.holds) hold.reset();
+    for (auto& read : context_.reads) read.reset();
     for (Tensor& t : context_.old_shared) t = Tensor();
     for (Tensor& t : context_.new_values) t = Tensor();
     if (!keeps_arena_) context_.arena.reset();
@@ -644,12 +658,17 @@ void Function::run_call(std::span<const Tensor> args, std::vector<Tensor>& resul
   // holding several never deadlock.
   const size_t n_shared = p.shared_slots.size();
   std::vector<std::optional<SharedContainer::Hold>>& holds = context.holds;
-  if (holds.size() != n_shared) holds = std::vector<std::optional<SharedContainer::Hold>>(n_shared);
+  if (holds.size() != n_shared + f.unread_updated.size())
+    holds = std::vector<std::optional<SharedContainer::Hold>>(n_shared + f.unread_updated.size());
   std::vector<std::optional<SharedContainer::Read>>& reads = context.reads;
   if (reads.size() != n_shared) reads = std::vector<std::optional<SharedContainer::Read>>(n_shared);
   std::vector<Tensor>& old_shared = context.old_shared;
   old_shared.resize(n_shared);
   for (size_t i : f.shared_order) {
+    if (i >= n_shared) {  // updated, not read: held, so that its new value is stored in this order too
+      holds[i].emplace(*f.unread_updated[i - n_shared]);
+      continue;
+    }
     SharedContainer& container = *p.shared_slots[i].second;
     if (f.update_of_shared[i] >= 0) {
       holds[i].emplace(container);
@@ -742,17 +761,16 @@ void Function::run_call(std::span<const Tensor> args, std::vector<Tensor>& resul
     new_values.push_back(aliased ? t.clone() : t);
     if (!all_owned) assigned.add(new_values.back());
   }
-  // A variable the graph does not read is updated without a hold; its old value is kept until the
-  // outputs exist: an argument may view its bytes (Tensor::wrap) and be handed back.
+  // The old value of a variable the graph does not read is kept until the outputs exist: an
+  // argument may view its bytes (Tensor::wrap) and be handed back.
   std::vector<Tensor> replaced;
   for (size_t k = 0; k < f.updates.size(); ++k) {
-    const int i = f.shared_of_update[k];
-    if (i >= 0) {
-      holds[static_cast<size_t>(i)]->store(new_values[k]);
-    } else {
-      replaced.push_back(f.updates[k].first.get()->shared->exchange(new_values[k]));
+    SharedContainer::Hold& hold = *holds[f.hold_of_update[k]];
+    if (f.shared_of_update[k] < 0) {
+      replaced.push_back(hold.value());
       if (!all_owned) shared_values.add(replaced.back());  // kiln's memory, freed when the call ends
     }
+    hold.store(new_values[k]);
   }
 
   results.resize(n_out);

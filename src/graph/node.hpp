@@ -27,12 +27,6 @@ class SharedContainer {
     std::unique_lock lock(mutex_);
     value_ = std::move(value);
   }
-  // Stores value and returns the value it replaces.
-  Tensor exchange(Tensor value) {
-    std::unique_lock lock(mutex_);
-    std::swap(value_, value);
-    return value;
-  }
 
   // Exclusive access for the whole of a call that may overwrite the buffer in place: nobody can
   // load the value meanwhile, so nobody can read it while it changes. Calls take their holds in
