@@ -113,6 +113,10 @@ TEST(Fusion, AValueTheGroupWidensAtRunTimeKeepsItsShape) {
   // The same function on shapes that need no widening, then again on ones that do.
   expect_values(f(Tensor::full({4, 3}, 1.0, f64), ones)[1], {8, 8, 8});
   expect_values(f(Tensor::from({1.0, 2.0, 3.0, 4.0}, {4, 1}), ones)[1], {20});
+  // A result empty along an axis where the value read outside is 1: that value is still computed.
+  const auto empty_rows = f(row, Tensor::zeros({0, 3}, f64));
+  EXPECT_EQ(empty_rows[0].shape(), (Shape{0, 3}));
+  expect_values(empty_rows[2], {2, 4, 6});
   // Large enough for the pass to run on threads.
   const Tensor wide = random_tensor({1, 300000}, f64, -1, 1, 3), tall = random_tensor({4, 300000}, f64, -1, 1, 4);
   compare_with_plain({x, y}, {h + y, sum(h, {0}), h}, {wide, tall});

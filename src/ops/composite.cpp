@@ -376,6 +376,10 @@ class CompositeKernel final : public KernelOf<Composite> {
   // An extra output smaller than the result (a dimension 1 at run time that the result broadcasts):
   // the pass writes it in the result's shape into scratch, then its own rows are copied out.
   void run_widened(InputValues in, OutputValues out, const Dims& shape, std::span<std::byte> scratch) const;
+  // Extra output e when the result is empty along an axis where e is 1: a pass of its own shape,
+  // the inputs it does not read standing as zeros, the other outputs discarded. The buffers of this
+  // rare case are allocated as it runs.
+  void run_alone(InputValues in, OutputValues out, size_t e) const;
 
   // Each input has a block of its own (filled when it is broadcast); each computed register takes
   // a block that no later instruction reads, never one of its own operands (the loops then never
@@ -459,9 +463,30 @@ void CompositeKernel::run_widened(InputValues in, OutputValues out, const Dims& 
   for (size_t e = 1; e < outputs.size(); ++e) {
     Tensor& own = out[e];
     if (std::ranges::equal(own.shape(), shape)) continue;
+    if (total == 0) {
+      if (own.numel() > 0) run_alone(in, out, e);
+      continue;
+    }
     // Its own rows: the first along each axis the result widened.
     copy_broadcast(own, outputs[e].view(own.shape(), outputs[e].strides(), 0));
   }
+}
+
+void CompositeKernel::run_alone(InputValues in, OutputValues out, size_t e) const {
+  const std::vector<int>& reads = op().inputs_of_extra_output(e - 1);
+  std::vector<Tensor> inputs;
+  for (size_t i = 0; i < in.size(); ++i)
+    inputs.push_back(std::binary_search(reads.begin(), reads.end(), static_cast<int>(i)) ? in[i] : Tensor::zeros({}, in[i].dtype()));
+  const Shape& own = out[e].shape();
+  std::vector<Tensor> outputs;
+  std::vector<Shape> input_shapes, output_shapes;
+  for (size_t o = 0; o < out.size(); ++o) {
+    outputs.push_back(o == e ? out[e] : Tensor::empty(own, out[o].dtype()));
+    output_shapes.push_back(own);
+  }
+  for (const Tensor& t : inputs) input_shapes.push_back(t.shape());
+  std::vector<std::byte> scratch(static_cast<size_t>(scratch_bytes(input_shapes, output_shapes)));
+  run(inputs, OutputValues(outputs), scratch);
 }
 
 void CompositeKernel::run(InputValues in, OutputValues out, std::span<std::byte> scratch) const {
