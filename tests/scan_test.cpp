@@ -574,10 +574,6 @@ TEST(ScanRop, AGaussNewtonProductThroughALoopIsTwoPasses) {
   expect_values(f(at)[1], eval1({X, h0, W, v}, expected, at).to_vector<double>(), 1e-10);
 }
 
-// An ifelse in a loop's body, then an op that broadcasts: the body's gradient sums back to the
-// ifelse's shape, which is an ifelse of the branches' shapes. Equal, they are known when the body
-// is planned, whichever branch runs (fast_run had raised "an inner graph computes an output whose
-// shape is known only while it runs").
 // A body whose ifelse has a branch that cannot run for these shapes (a product whose shapes do not
 // align), never taken: the step's output has the other branch's shape, so the loop plans.
 TEST(Scan, ABranchThatCannotRunForTheseShapesIsPlannedAsTheOtherSide) {
@@ -621,6 +617,10 @@ TEST(Scan, WorkTheBodyBuildsForABranchRunsOnlyWhenItIsTaken) {
   }
 }
 
+// An ifelse in a loop's body, then an op that broadcasts: the body's gradient sums back to the
+// ifelse's shape, which is an ifelse of the branches' shapes. Equal, they are known when the body
+// is planned, whichever branch runs (fast_run had raised "an inner graph computes an output whose
+// shape is known only while it runs").
 TEST(Scan, GradientOfABodyWithAnIfElseInEveryMode) {
   auto loss = [](const std::vector<Var>& in) {
     const Var xs = constant(Tensor::from({0.5, -1.0, 2.0}, {3}));
