@@ -306,23 +306,3 @@ TEST(IfElse, AValueReadOnlyWhereNoBranchCanBeTakenHasAZeroGradient) {
     expect_values(out[1], {2});
   }
 }
-
-// An ifelse on c inside c's then block always takes its then side there: its else side is never
-// taken, and what only such sides read is not run at all. Here n is read where c holds (under d)
-// and by two such never-taken sides in different blocks, whose common block is the top: n ran on
-// every call, and failed for an index out of range while c did not hold.
-TEST(IfElse, WhatOnlyASideNoCallTakesReadsNeverRuns) {
-  Var x = scalar("x", f64), k = scalar("k", i64), W = vector("W", f64);
-  const Var c = x > 5.0, d = x > 0.0;
-  const Var n = W[VarIndex(k)] * x;
-  const Var y = ifelse(d, ifelse(c, n + 1.0, x) + ifelse(c, ifelse(c, x * 3.0, n * 2.0), x * 0.0), x * 0.5) +
-                ifelse(c, ifelse(c, x, n * 3.0), x * 0.0);
-  const Tensor Wv = Tensor::from({1.0, 2.0, 3.0}, {3});
-  for (const Mode& mode : {Mode::fast_run(), Mode::fast_compile(), plain_mode()}) {
-    Function f = function({x, k, W}, {y}, {.mode = mode});
-    EXPECT_DOUBLE_EQ(f(Tensor::scalar(2.0), Tensor::scalar(int64_t{7}), Wv)[0].item<double>(), 2.0) << mode.name();
-    // c holds: n + 1 = 13, the inner ifelses take x * 3 = 18 and x = 6.
-    EXPECT_DOUBLE_EQ(f(Tensor::scalar(6.0), Tensor::scalar(int64_t{1}), Wv)[0].item<double>(), 37.0) << mode.name();
-    EXPECT_THROW(f(Tensor::scalar(6.0), Tensor::scalar(int64_t{7}), Wv), ShapeError) << mode.name();
-  }
-}

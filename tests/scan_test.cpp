@@ -617,28 +617,6 @@ TEST(Scan, WorkTheBodyBuildsForABranchRunsOnlyWhenItIsTaken) {
   }
 }
 
-// The gradient of a body with an ifelse within an ifelse reads the inner branch's values from
-// sides of ifelses on the same condition that no step takes (an ifelse on c within c's block):
-// they ran, and failed for an index out of range although no step took the inner branch.
-TEST(Scan, TheGradientRunsNoSideOfAnIfElseNoStepTakes) {
-  const Tensor Wv = Tensor::from({1.0, 2.0, 10.0, 20.0, 100.0, 200.0}, {3, 2});
-  Var x = vector("x", f64), k = scalar("k", i64), W = matrix("W", f64);
-  ScanResult r = scan(
-      [&](const std::vector<Var>& a) {
-        const Var row = W[VarIndex(k)];
-        const Var inner = ifelse(a[0] > 5.0, row * a[0], a[1] * 0.5);
-        return std::vector<Var>{a[1] + ifelse(a[0] > 0.0, inner, zeros_like(a[1]))};
-      },
-      {.sequences = {x}, .outputs_info = {constant(Tensor::ones({2}, f64))}});
-  const Var g = grad(sum(r.outputs[0]), W);
-  for (const Mode& mode : {Mode::fast_run(), Mode::fast_compile(), plain_mode()}) {
-    Function f = function({x, k, W}, {r.outputs[0], g}, {.mode = mode});
-    const auto out = f(Tensor::from({-1.0, 2.0, 3.0}, {3}), Tensor::scalar(int64_t{7}), Wv);
-    expect_values(out[0], {1, 1, 1.5, 1.5, 2.25, 2.25});
-    expect_values(out[1], {0, 0, 0, 0, 0, 0});
-  }
-}
-
 // An ifelse in a loop's body, then an op that broadcasts: the body's gradient sums back to the
 // ifelse's shape, which is an ifelse of the branches' shapes. Equal, they are known when the body
 // is planned, whichever branch runs (fast_run had raised "an inner graph computes an output whose

@@ -69,13 +69,7 @@ SlotFacts infer_slot_facts(const Program& p, const std::vector<Shape>& input_sha
   // Values of a branch that fails for these shapes if it runs (a product whose shapes do not
   // align in the branch not taken): what reads them fails too, except an ifelse, which then has
   // the other side's shapes, since the call fails before it runs if the failing side is taken.
-  // A slot no instruction writes (a value only branches no call reaches read) counts as failing.
-  std::vector<uint8_t> fails(static_cast<size_t>(n_slots), 1);
-  for (int s : p.input_slots) fails[static_cast<size_t>(s)] = 0;
-  for (const auto& [s, container] : p.shared_slots) fails[static_cast<size_t>(s)] = 0;
-  for (const auto& [s, value] : p.constant_slots) fails[static_cast<size_t>(s)] = 0;
-  for (const Instruction& ins : p.code)
-    for (int s : ins.outputs) fails[static_cast<size_t>(s)] = 0;
+  std::vector<uint8_t> fails(static_cast<size_t>(n_slots), 0);
   auto mark_failing = [&](const Instruction& ins) {
     for (int s : ins.outputs) fails[static_cast<size_t>(s)] = 1;
   };

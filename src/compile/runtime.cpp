@@ -4,7 +4,6 @@
 #include <cstring>
 #include <functional>
 #include <map>
-#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -28,19 +27,9 @@ namespace {
 // nearest branch that holds all of its readers: cost linear in the graph times the nesting depth.
 struct BranchTree {
   static constexpr int kEverywhere = -1;
-  // The side of an ifelse inside a branch of its own condition's same side: it has no block of its
-  // own, its values being needed wherever the ifelse is.
-  static constexpr int kNoBlock = -3;
-  // The place of a node only branches no call reaches read: it is not emitted at all.
-  static constexpr int kNever = -4;
   struct Branch {
     int parent;  // the branch its ifelse is in
     int depth;
-    const Variable* condition;
-    bool then_side;
-    // The other side of an ifelse within a branch of its own condition (the else block of an
-    // ifelse on c within c's then block): no call reaches it, so what only it reads is dropped.
-    bool never_taken;
   };
   std::vector<Branch> branches;
   // By the node's position in the order emitted (Node::position); empty when there is no ifelse.
@@ -50,13 +39,6 @@ struct BranchTree {
   int place_of(const Node* n) const { return place.empty() ? kEverywhere : place[static_cast<size_t>(n->position)]; }
   int depth(int b) const { return b == kEverywhere ? 0 : branches[static_cast<size_t>(b)].depth; }
   int parent(int b) const { return branches[static_cast<size_t>(b)].parent; }
-  bool never_taken(int b) const { return b >= 0 && branches[static_cast<size_t>(b)].never_taken; }
-  // The side of condition c that branch b lies within, if one of the branches enclosing it is on c.
-  std::optional<bool> side_of(int b, const Variable* c) const {
-    for (; b != kEverywhere; b = parent(b))
-      if (branches[static_cast<size_t>(b)].condition == c) return branches[static_cast<size_t>(b)].then_side;
-    return std::nullopt;
-  }
   // The innermost branch holding both (kEverywhere at the top).
   int common(int a, int b) const {
     while (depth(a) > depth(b)) a = parent(a);
@@ -64,8 +46,7 @@ struct BranchTree {
     while (a != b) a = parent(a), b = parent(b);
     return a;
   }
-  // The branch of an ifelse's then or else side (kEverywhere for any other node, kNoBlock for a
-  // side always taken where the ifelse is).
+  // The branch of an ifelse's then or else side (kEverywhere for any other node).
   int branch_of_ifelse(const Node* n, bool then_side) const {
     if (sides.empty()) return kEverywhere;
     const auto& [then_branch, else_branch] = sides[static_cast<size_t>(n->position)];
@@ -82,7 +63,6 @@ BranchTree branch_tree(const std::vector<Node*>& order, const std::vector<Var>& 
   tree.place.assign(order.size(), BranchTree::kEverywhere);
   tree.sides.assign(order.size(), {BranchTree::kEverywhere, BranchTree::kEverywhere});
   std::vector<int> readers_place(order.size(), kNoReader);  // the meet of the readers seen so far
-  std::vector<uint8_t> read_where_never_run(order.size(), 0);  // by readers in branches no call reaches
   // Ifelses on one condition, in one branch, share their branches: what only their then values
   // need runs when the condition holds, whichever of them reads it.
   std::map<std::pair<const Variable*, int>, std::pair<int, int>> by_condition;
@@ -90,32 +70,17 @@ BranchTree branch_tree(const std::vector<Node*>& order, const std::vector<Var>& 
     if (const Node* n = r.get()->owner) readers_place[static_cast<size_t>(n->position)] = BranchTree::kEverywhere;
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     const Node* n = *it;
-    const int reached = readers_place[static_cast<size_t>(n->position)];
-    if (reached == kNoReader && read_where_never_run[static_cast<size_t>(n->position)]) {
-      tree.place[static_cast<size_t>(n->position)] = BranchTree::kNever;
-      for (const Var& in : n->inputs)
-        if (const Node* producer = in.get()->owner) read_where_never_run[static_cast<size_t>(producer->position)] = 1;
-      continue;
-    }
-    const int here = std::max(reached, static_cast<int>(BranchTree::kEverywhere));
+    const int here = std::max(readers_place[static_cast<size_t>(n->position)], static_cast<int>(BranchTree::kEverywhere));
     tree.place[static_cast<size_t>(n->position)] = here;
     const auto* op = dynamic_cast<const IfElse*>(n->op.get());
     std::pair<int, int> own{here, here};
     if (op) {
-      const Variable* condition = n->inputs[0].get();
-      auto [sides, fresh] = by_condition.try_emplace({condition, here});
+      auto [sides, fresh] = by_condition.try_emplace({n->inputs[0].get(), here});
       if (fresh) {
-        // Within a branch on the same condition, the side taken there needs no block and the
-        // other is never taken.
-        const std::optional<bool> enclosing = tree.side_of(here, condition);
         const int depth = tree.depth(here) + 1;
-        auto add = [&](bool then_side) {
-          if (enclosing == then_side) return static_cast<int>(BranchTree::kNoBlock);
-          tree.branches.push_back({here, depth, condition, then_side, enclosing.has_value()});
-          return static_cast<int>(tree.branches.size()) - 1;
-        };
-        const int then_branch = add(true);
-        sides->second = {then_branch, add(false)};
+        tree.branches.push_back({here, depth});
+        tree.branches.push_back({here, depth});
+        sides->second = {static_cast<int>(tree.branches.size()) - 2, static_cast<int>(tree.branches.size()) - 1};
       }
       own = sides->second;
       tree.sides[static_cast<size_t>(n->position)] = own;
@@ -123,12 +88,7 @@ BranchTree branch_tree(const std::vector<Node*>& order, const std::vector<Var>& 
     for (size_t i = 0; i < n->inputs.size(); ++i) {
       const Node* producer = n->inputs[i].get()->owner;
       if (!producer) continue;
-      int edge = !op || i == 0 ? here : i <= static_cast<size_t>(op->n()) ? own.first : own.second;
-      if (edge == BranchTree::kNoBlock) edge = here;
-      if (tree.never_taken(edge)) {
-        read_where_never_run[static_cast<size_t>(producer->position)] = 1;
-        continue;
-      }
+      const int edge = !op || i == 0 ? here : i <= static_cast<size_t>(op->n()) ? own.first : own.second;
       int& meet = readers_place[static_cast<size_t>(producer->position)];
       meet = meet == kNoReader ? edge : tree.common(meet, edge);
     }
@@ -292,10 +252,11 @@ Program emit_program(const SlotNumbering& numbering, const std::vector<Var>& res
   std::vector<int> ifelses_on(tree.branches.size(), 0);
   for (Node* n : order) {
     const int b = tree.place_of(n);
-    if (b == BranchTree::kNever) continue;
     (b == BranchTree::kEverywhere ? top : direct[static_cast<size_t>(b)]).push_back(n);
-    for (bool then_side : {true, false})
-      if (const int b = tree.branch_of_ifelse(n, then_side); b >= 0) ++ifelses_on[static_cast<size_t>(b)];
+    if (const int then_branch = tree.branch_of_ifelse(n, true); then_branch != BranchTree::kEverywhere) {
+      ++ifelses_on[static_cast<size_t>(then_branch)];
+      ++ifelses_on[static_cast<size_t>(tree.branch_of_ifelse(n, false))];
+    }
   }
   for (size_t b = tree.branches.size(); b-- > 0;) {
     held[b] += direct[b].size();
@@ -360,7 +321,6 @@ Program emit_program(const SlotNumbering& numbering, const std::vector<Var>& res
     // One side's block: the waiting nodes it reads, or the whole branch when no other ifelse shares it.
     auto side = [&](const Node* n, bool then_side, size_t first, size_t count) {
       const int b = tree.branch_of_ifelse(n, then_side);
-      if (b == BranchTree::kNoBlock) return std::function<void()>();
       if (flat || shared(b)) {
         std::vector<Node*> nodes = waiting > 0 ? needed_by(n, first, count) : std::vector<Node*>{};
         return std::function<void()>(nodes.empty() ? std::function<void()>() : [&, b, nodes] { emit_block(b, nodes, true); });
