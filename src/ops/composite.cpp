@@ -186,6 +186,18 @@ void gather(const InputPlan& in, std::span<const int64_t> shape, int64_t start, 
   }
 }
 
+// Broadcasts s into out (NumPy's rule, aligned at the last axis; out has at least s's axes): the
+// axis where they conflict, or -1.
+template <class Out> int64_t broadcast_one(Out& out, const Shape& s) {
+  for (size_t d = 0; d < s.size(); ++d) {
+    auto& o = out[d + out.size() - s.size()];
+    if (s[d] == o || s[d] == 1) continue;
+    if (o != 1) return static_cast<int64_t>(d + out.size() - s.size());
+    o = s[d];
+  }
+  return -1;
+}
+
 // The broadcast shape of values (shapes or tensors) into out; the error names the op.
 template <class Out, class Values, class ShapeOf>
 void broadcast_into(Out& out, const Values& in, ShapeOf shape_of, const Composite& op) {
@@ -193,17 +205,13 @@ void broadcast_into(Out& out, const Values& in, ShapeOf shape_of, const Composit
   for (const auto& v : in) nd = std::max(nd, shape_of(v).size());
   out.assign(nd, 1);
   for (const auto& v : in) {
-    const Shape& s = shape_of(v);
-    for (size_t d = 0; d < s.size(); ++d) {
-      const size_t od = d + nd - s.size();
-      if (s[d] == out[od] || s[d] == 1) continue;
-      if (out[od] != 1) {
-        std::vector<Shape> shapes;
-        for (const auto& each : in) shapes.push_back(shape_of(each));
-        throw ShapeError(op.name() + ": input shapes cannot be broadcast together (dimension " + std::to_string(od) + " is " +
-                         std::to_string(out[od]) + " vs " + std::to_string(s[d]) + ")" + op.where_broadcast_fails(shapes));
-      }
-      out[od] = s[d];
+    if (const int64_t axis = broadcast_one(out, shape_of(v)); axis >= 0) {  // out[axis] as it was
+      const Shape& s = shape_of(v);
+      std::vector<Shape> shapes;
+      for (const auto& each : in) shapes.push_back(shape_of(each));
+      throw ShapeError(op.name() + ": input shapes cannot be broadcast together (dimension " + std::to_string(axis) + " is " +
+                       std::to_string(out[static_cast<size_t>(axis)]) + " vs " +
+                       std::to_string(s[static_cast<size_t>(axis) + s.size() - nd]) + ")" + op.where_broadcast_fails(shapes));
     }
   }
 }
@@ -213,21 +221,15 @@ void broadcast_into(Out& out, const Values& in, ShapeOf shape_of, const Composit
 std::string Composite::where_broadcast_fails(const std::vector<Shape>& inputs) const {
   std::vector<Shape> shapes(inputs);
   for (const ScalarInstruction& ins : program_) {
-    Shape out;
-    for (int a : ins.args) {
-      const Shape& s = shapes[static_cast<size_t>(a)];
-      if (s.size() > out.size()) out.insert(out.begin(), s.size() - out.size(), 1);
-      for (size_t d = 0; d < s.size(); ++d) {
-        int64_t& o = out[d + out.size() - s.size()];
-        if (s[d] == o || s[d] == 1) continue;
-        if (o != 1) {
-          std::string operands;
-          for (int b : ins.args) operands += (operands.empty() ? "" : " and ") + shape_str(shapes[static_cast<size_t>(b)]);
-          return "; in " + std::string(scalar_op_name(ins.op)) + (ins.origin.empty() ? "" : ", " + ins.origin) + ", of " + operands;
-        }
-        o = s[d];
+    size_t nd = 0;
+    for (int a : ins.args) nd = std::max(nd, shapes[static_cast<size_t>(a)].size());
+    Shape out(nd, 1);
+    for (int a : ins.args)
+      if (broadcast_one(out, shapes[static_cast<size_t>(a)]) >= 0) {
+        std::string operands;
+        for (int b : ins.args) operands += (operands.empty() ? "" : " and ") + shape_str(shapes[static_cast<size_t>(b)]);
+        return "; in " + std::string(scalar_op_name(ins.op)) + (ins.origin.empty() ? "" : ", " + ins.origin) + ", of " + operands;
       }
-    }
     shapes.push_back(std::move(out));
   }
   return "";
@@ -304,11 +306,7 @@ std::vector<Shape> Composite::infer_shapes(const std::vector<Shape>& in, const s
     std::vector<Shape> shapes{full};
     for (const std::vector<int>& inputs : extra_inputs_) {
       Shape& own = shapes.emplace_back(full.size(), 1);
-      for (int i : inputs) {
-        const Shape& s = in[static_cast<size_t>(i)];
-        for (size_t d = 0; d < s.size(); ++d)
-          if (s[d] != 1) own[d + full.size() - s.size()] = s[d];  // all the sizes not 1 agree (checked above)
-      }
+      for (int i : inputs) broadcast_one(own, in[static_cast<size_t>(i)]);  // no conflict: checked above
     }
     return shapes;
   }
@@ -375,7 +373,7 @@ class CompositeKernel final : public KernelOf<Composite> {
   }
   // An extra output smaller than the result (a dimension 1 at run time that the result broadcasts):
   // the pass writes it in the result's shape into scratch, then its own rows are copied out.
-  void run_widened(InputValues in, OutputValues out, const Dims& shape, std::span<std::byte> scratch) const;
+  void run_widened(InputValues in, OutputValues out, const Dims& shape, int64_t total, std::span<std::byte> scratch) const;
   // Extra output e when the result is empty along an axis where e is 1: a pass of its own shape,
   // the inputs it does not read standing as zeros, the other outputs discarded. The buffers of this
   // rare case are allocated as it runs.
@@ -446,10 +444,9 @@ class CompositeKernel final : public KernelOf<Composite> {
   int64_t block_ = kMinBlock;
 };
 
-void CompositeKernel::run_widened(InputValues in, OutputValues out, const Dims& shape, std::span<std::byte> scratch) const {
+void CompositeKernel::run_widened(InputValues in, OutputValues out, const Dims& shape, int64_t total,
+                                  std::span<std::byte> scratch) const {
   const Shape full(shape.begin(), shape.end());
-  int64_t total = 1;
-  for (int64_t d : shape) total *= d;
   std::vector<Tensor> outputs(out.begin(), out.end());
   size_t end = scratch.size();
   for (size_t e = 1; e < outputs.size(); ++e) {
@@ -500,7 +497,7 @@ void CompositeKernel::run(InputValues in, OutputValues out, std::span<std::byte>
   int64_t total = 1;
   for (int64_t d : shape) total *= d;
   for (size_t e = 1; e < out.size(); ++e)
-    if (!std::ranges::equal(out[e].shape(), shape)) return run_widened(in, out, shape, scratch);
+    if (!std::ranges::equal(out[e].shape(), shape)) return run_widened(in, out, shape, total, scratch);
   Tensor& o = out[0];
 
   const int result_reg = static_cast<int>(reg_dtype_.size()) - 1;

@@ -2,6 +2,7 @@
 
 #include "kiln/ops.hpp"
 #include "ops/elemwise.hpp"
+#include "ops/shape.hpp"
 
 #include "tensor/copy.hpp"
 
@@ -48,6 +49,26 @@ std::vector<Tensor> IfElse::values_from_known_inputs(const std::vector<const Ten
     known.push_back(*then_value);
   }
   return known;
+}
+
+std::unordered_set<const Node*> nodes_read(const std::vector<Var>& roots, bool shape_reads, bool branches) {
+  std::unordered_set<const Node*> read;
+  std::vector<const Node*> stack;
+  auto reach = [&](const Var& v) {
+    if (const Node* n = v.get()->owner; n && read.insert(n).second) stack.push_back(n);
+  };
+  for (const Var& r : roots) reach(r);
+  while (!stack.empty()) {
+    const Node* n = stack.back();
+    stack.pop_back();
+    if (!shape_reads && dynamic_cast<const ShapeOf*>(n->op.get())) continue;
+    if (!branches && dynamic_cast<const IfElse*>(n->op.get())) {
+      reach(n->inputs[0]);
+      continue;
+    }
+    for (const Var& in : n->inputs) reach(in);
+  }
+  return read;
 }
 
 namespace {

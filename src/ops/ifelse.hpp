@@ -1,4 +1,6 @@
 #pragma once
+#include <unordered_set>
+
 #include "graph/executable.hpp"
 #include "graph/op.hpp"
 
@@ -26,6 +28,11 @@ class IfElse final : public Op {
 };
 
 bool truth_of(const Tensor& cond);
+
+// The nodes whose values the roots read: through shape_of's operand only with `shape_reads`
+// (a value read for its shape alone), through an ifelse's branches only with `branches` (without,
+// the nodes every run computes, not those that run only when a branch is taken).
+std::unordered_set<const Node*> nodes_read(const std::vector<Var>& roots, bool shape_reads, bool branches);
 
 void add_ifelse_kernels(KernelTable& table);
 

@@ -857,19 +857,7 @@ Built build_scan(const std::function<std::vector<Var>(const std::vector<Var>&)>&
   // What the body made and reads only in a branch of an ifelse stays in the body even where it
   // does not depend on the body's inputs: computed before the loop, it would run whether or not a
   // step takes the branch, and fail where the branch could not run.
-  std::unordered_set<const Node*> every_step;
-  std::vector<const Node*> stack;
-  auto reach = [&](const Var& v) {
-    if (const Node* n = v.get()->owner; n && every_step.insert(n).second) stack.push_back(n);
-  };
-  for (const Var& r : roots) reach(r);
-  while (!stack.empty()) {
-    const Node* n = stack.back();
-    stack.pop_back();
-    if (dynamic_cast<const IfElse*>(n->op.get())) reach(n->inputs[0]);
-    else
-      for (const Var& in : n->inputs) reach(in);
-  }
+  const std::unordered_set<const Node*> every_step = nodes_read(roots, true, false);
   for (Node* n : order) {
     bool any = n->outputs[0]->id > made_before_body && !every_step.count(n);
     for (const Var& in : n->inputs) any = any || is_inside(in);

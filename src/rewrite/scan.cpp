@@ -180,24 +180,7 @@ std::unordered_set<const Variable*> values_read(const std::vector<Var>& roots) {
 // ifelse reads, which run in the steps that take it (moved out of the loop, they would run for
 // every step, and fail where the branch could not run).
 std::unordered_set<const Node*> value_nodes(const std::vector<Var>& roots, bool every_step = false) {
-  std::unordered_set<const Node*> used;
-  std::vector<const Node*> stack;
-  auto reach = [&](const Var& v) {
-    const Node* n = v.get()->owner;
-    if (n && used.insert(n).second) stack.push_back(n);
-  };
-  for (const Var& r : roots) reach(r);
-  while (!stack.empty()) {
-    const Node* n = stack.back();
-    stack.pop_back();
-    if (dynamic_cast<const ShapeOf*>(n->op.get())) continue;
-    if (every_step && dynamic_cast<const IfElse*>(n->op.get())) {
-      reach(n->inputs[0]);
-      continue;
-    }
-    for (const Var& in : n->inputs) reach(in);
-  }
-  return used;
+  return nodes_read(roots, false, !every_step);
 }
 
 // What a body value depends on: nothing that changes between steps, the sequences' rows only, or
