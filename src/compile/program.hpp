@@ -9,6 +9,7 @@
 
 #include "graph/executable.hpp"
 #include "graph/function_graph.hpp"
+#include "tensor/flat_map.hpp"
 
 namespace kiln {
 
@@ -76,7 +77,7 @@ class Executables {
 
  private:
   MakeContext context_;
-  std::unordered_map<const Node*, std::shared_ptr<const Executable>> made_;
+  FlatMap<const Node*, std::shared_ptr<const Executable>> made_;
 };
 
 // The value slots between a graph's inputs and results, numbered in one depth-first walk from the
@@ -84,10 +85,10 @@ class Executables {
 // schedules share them and none walks the graph again to number them.
 struct SlotNumbering {
   SlotNumbering(const std::vector<Var>& inputs, const std::vector<Var>& results);
-  int of(const Variable* v) const { return slot_of.at(v); }
+  int of(const Variable* v) const;
 
   std::vector<Node*> depth_first;  // the walk's topological order of the results' nodes
-  std::unordered_map<const Variable*, int> slot_of;
+  FlatMap<const Variable*, int> slot_of;
   std::vector<const Variable*> slot_vars;
   std::vector<int> input_slots;
   std::vector<std::pair<int, SharedContainer*>> shared_slots;

@@ -99,16 +99,10 @@ BranchTree branch_tree(const std::vector<Node*>& order, const std::vector<Var>& 
 }  // namespace
 
 std::shared_ptr<const Executable> Executables::of(const Node& node) {
-  auto [it, fresh] = made_.try_emplace(&node);
-  if (fresh) {
-    try {
-      it->second = cpu_backend().executable(node, context_);
-    } catch (...) {
-      made_.erase(it);
-      throw;
-    }
-  }
-  return it->second;
+  if (const auto* made = made_.find(&node)) return *made;
+  std::shared_ptr<const Executable> executable = cpu_backend().executable(node, context_);
+  made_.try_emplace(&node, executable);
+  return executable;
 }
 
 namespace {
@@ -187,12 +181,12 @@ void pack(Program& p, std::vector<Draft>& drafts) {
 SlotNumbering::SlotNumbering(const std::vector<Var>& inputs, const std::vector<Var>& results)
     : depth_first(topological_order_of_own(results)) {
   auto number = [&](const Variable* v) {
-    auto [it, fresh] = slot_of.try_emplace(v, static_cast<int>(slot_vars.size()));
-    if (!fresh) return it->second;
+    const int next = static_cast<int>(slot_vars.size());
+    if (auto [slot, fresh] = slot_of.try_emplace(v, next); !fresh) return *slot;
     slot_vars.push_back(v);
-    if (v->constant) constant_slots.push_back({it->second, *v->constant});
-    if (v->shared) shared_slots.push_back({it->second, v->shared.get()});
-    return it->second;
+    if (v->constant) constant_slots.push_back({next, *v->constant});
+    if (v->shared) shared_slots.push_back({next, v->shared.get()});
+    return next;
   };
   for (const Var& in : inputs) input_slots.push_back(number(in.get()));
   for (const Node* n : depth_first) {
@@ -200,6 +194,11 @@ SlotNumbering::SlotNumbering(const std::vector<Var>& inputs, const std::vector<V
     for (const auto& v : n->outputs) number(v.get());
   }
   for (const Var& r : results) number(r.get());
+}
+
+int SlotNumbering::of(const Variable* v) const {
+  if (const int* slot = slot_of.find(v)) return *slot;
+  throw Error("kiln internal error: a value of the program has no slot (" + v->label() + ")");
 }
 
 Program emit_program(const SlotNumbering& numbering, const std::vector<Var>& results, Executables& executables,

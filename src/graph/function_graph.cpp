@@ -140,7 +140,7 @@ std::vector<Node*> FunctionGraph::changed_since(uint64_t version) const {
   const uint64_t candidate = next_walk_mark(), placed = next_walk_mark();
   std::vector<Node*> roots;
   for (Node* n : stamped_)
-    if (n->changed_at > version && n->walk_mark != candidate && nodes_.count(n)) {
+    if (n->changed_at > version && n->walk_mark != candidate && nodes_.contains(n)) {
       n->walk_mark = candidate;
       roots.push_back(n);
     }
@@ -188,23 +188,23 @@ std::vector<Variable*> FunctionGraph::leaves() const {
 void FunctionGraph::import(const Var& root) {
   // Only the new part: the walk stops at nodes the graph already knows.
   std::vector<Node*> stack;
-  if (Node* n = root.get()->owner; n && !nodes_.count(n)) stack.push_back(n);
+  if (Node* n = root.get()->owner; n && !nodes_.contains(n)) stack.push_back(n);
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
-    if (!nodes_.emplace(n, n->shared_from_this()).second) continue;
+    if (!nodes_.try_emplace(n, n->shared_from_this()).second) continue;
     stamp(n);
     for (size_t i = 0; i < n->inputs.size(); ++i) {
       clients_[n->inputs[i].get()].push_back({n, static_cast<int>(i)});
-      if (Node* p = n->inputs[i].get()->owner; p && !nodes_.count(p)) stack.push_back(p);
+      if (Node* p = n->inputs[i].get()->owner; p && !nodes_.contains(p)) stack.push_back(p);
     }
   }
 }
 
 const std::vector<std::pair<Node*, int>>& FunctionGraph::clients(const Variable* v) const {
   static const std::vector<std::pair<Node*, int>> none;
-  auto it = clients_.find(v);
-  return it == clients_.end() ? none : it->second;
+  const auto* readers = clients_.find(v);
+  return readers ? *readers : none;
 }
 
 void FunctionGraph::drop_if_unread(Node* node) {
@@ -213,20 +213,19 @@ void FunctionGraph::drop_if_unread(Node* node) {
   while (!pending.empty()) {
     Node* n = pending.back();
     pending.pop_back();
-    auto it = n ? nodes_.find(n) : nodes_.end();
-    if (it == nodes_.end()) continue;
+    auto* live = n ? nodes_.find(n) : nullptr;
+    if (!live) continue;
     bool read = false;
-    for (const auto& out : n->outputs) read = read || clients_.count(out.get());
+    for (const auto& out : n->outputs) read = read || clients_.contains(out.get());
     if (read) continue;
-    dropped_.push_back(std::move(it->second));
-    nodes_.erase(it);
+    dropped_.push_back(std::move(*live));
+    nodes_.erase(n);
     for (size_t i = 0; i < n->inputs.size(); ++i) {
-      auto c = clients_.find(n->inputs[i].get());
-      if (c == clients_.end()) continue;
-      auto& readers = c->second;
-      readers.erase(std::find(readers.begin(), readers.end(), std::pair<Node*, int>(n, static_cast<int>(i))));
-      if (!readers.empty()) continue;
-      clients_.erase(c);  // an empty list is never kept: a listed variable has readers
+      auto* readers = clients_.find(n->inputs[i].get());
+      if (!readers) continue;
+      readers->erase(std::find(readers->begin(), readers->end(), std::pair<Node*, int>(n, static_cast<int>(i))));
+      if (!readers->empty()) continue;
+      clients_.erase(n->inputs[i].get());  // an empty list is never kept: a listed variable has readers
       pending.push_back(n->inputs[i].get()->owner);
     }
   }
@@ -244,10 +243,9 @@ void FunctionGraph::replace(const Var& old_var, const Var& new_var, const std::s
   import(new_var);
   for (const Var* v : {&old_var, &new_var})
     if (Node* owner = v->get()->owner) stamp(owner);
-  auto it = clients_.find(old_var.get());
-  if (it != clients_.end()) {
-    std::vector<std::pair<Node*, int>> readers = std::move(it->second);
-    clients_.erase(it);
+  if (auto* old_readers = clients_.find(old_var.get())) {
+    std::vector<std::pair<Node*, int>> readers = std::move(*old_readers);
+    clients_.erase(old_var.get());
     auto& target = clients_[new_var.get()];
     for (auto [node, i] : readers) {
       if (node) {

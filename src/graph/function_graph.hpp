@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "graph/node.hpp"
+#include "tensor/flat_map.hpp"
 
 namespace kiln {
 
@@ -56,10 +57,10 @@ class FunctionGraph {
   void stamp(Node* node);  // Node::changed_at = version_, remembered for changed_since
   std::vector<Var> inputs_;
   std::vector<Var> outputs_;
-  std::unordered_map<const Node*, std::shared_ptr<Node>> nodes_;  // live ones
+  FlatMap<const Node*, std::shared_ptr<Node>> nodes_;  // live ones
   std::vector<std::shared_ptr<Node>> dropped_;
   std::vector<Node*> stamped_;  // since the last prune; repeats and dropped nodes included
-  std::unordered_map<const Variable*, std::vector<std::pair<Node*, int>>> clients_;
+  FlatMap<const Variable*, std::vector<std::pair<Node*, int>>> clients_;
   uint64_t version_ = 0;
   // The last toposort and the version it was walked at (a graph of 100k nodes takes milliseconds
   // to walk, its nodes being scattered in memory; a copy of the order takes microseconds).

@@ -5,6 +5,7 @@
 #include "graph/op.hpp"
 #include "ops/patterns.hpp"
 #include "rewrite/catalogue.hpp"
+#include "tensor/flat_map.hpp"
 
 namespace kiln {
 
@@ -43,7 +44,7 @@ int64_t merge_constants(FunctionGraph& graph) {
 
 int64_t merge_nodes(FunctionGraph& graph) {
   // The first node of each hash, and the rare others of a hash shared by different nodes.
-  std::unordered_map<size_t, Node*> first;
+  FlatMap<size_t, Node*> first;
   std::unordered_multimap<size_t, Node*> more;
   const std::vector<Node*> order = graph.toposort();
   first.reserve(order.size());
@@ -58,10 +59,10 @@ int64_t merge_nodes(FunctionGraph& graph) {
     size_t h = n->op->hash();
     for (const Var& in : n->inputs) h = h * 1000003u ^ std::hash<const void*>()(in.get());
     Node* twin = nullptr;
-    auto [it, fresh] = first.try_emplace(h, n);
+    auto [known, fresh] = first.try_emplace(h, n);
     if (fresh) continue;
-    if (same_node(it->second, n)) {
-      twin = it->second;
+    if (same_node(*known, n)) {
+      twin = *known;
     } else {
       for (auto [m, end] = more.equal_range(h); m != end && !twin; ++m)
         if (same_node(m->second, n)) twin = m->second;
