@@ -55,6 +55,8 @@ TEST(Eager, OperatorsFunctionsAndReductionsMatchTheCompiledExpression) {
   expect_as_compiled([](const T& t) { return max(t[0], {0}, true); }, [](const V& v) { return max(v[0], {0}, true); }, {a});
   expect_as_compiled([](const T& t) { return argmax(t[0], {1}); }, [](const V& v) { return argmax(v[0], {1}); }, {a});
   expect_as_compiled([](const T& t) { return logsumexp(t[0], {1}); }, [](const V& v) { return logsumexp(v[0], {1}); }, {a});
+  expect_as_compiled([](const T& t) { return var(t[0], 1, false, 1) + kiln::std(t[0], 1); },
+                     [](const V& v) { return var(v[0], 1, false, 1) + kiln::std(v[0], 1); }, {a});
   expect_as_compiled([](const T& t) { return dot(t[0], transpose(t[0])); }, [](const V& v) { return dot(v[0], transpose(v[0])); }, {a});
   expect_as_compiled([](const T& t) { return softmax(t[0]); }, [](const V& v) { return softmax(v[0]); }, {a});
   expect_as_compiled([](const T& t) { return categorical_crossentropy(softmax(t[0]), t[1]); },

@@ -61,8 +61,10 @@ TEST(Function, InputConversionRules) {
   expect_values(f(Tensor::from(std::vector<bool>{true, false}))[0], {2, 0});
   expect_error<TypeError>([&] { f(Tensor::from(std::vector<int64_t>{3})); }, {"i64", "expected f64", "to(f64)"});
   Function g = function({s}, {s * 2.0});
-  expect_error<TypeError>([&] { g(Tensor::from(std::vector<int32_t>{3})); }, {"i32", "expected f32"});
-  expect_error<TypeError>([&] { g(Tensor::from(std::vector<int32_t>{16777217})); }, {"i32", "expected f32"});
+  // i32 to f32 when every value is exact (API.md): up to 2^24, and beyond it what f32 holds.
+  expect_values(g(Tensor::from(std::vector<int32_t>{3, -16777216, 1 << 30}))[0], {6, -33554432, 2147483648.0});
+  expect_error<TypeError>([&] { g(Tensor::from(std::vector<int32_t>{3, 16777217})); }, {"i32", "expected f32"});
+  expect_error<TypeError>([&] { g(Tensor::from(std::vector<int32_t>{2147483647})); }, {"i32", "expected f32"});
   Function h64 = function({n}, {n * 2});
   expect_values(h64(Tensor::from(std::vector<int32_t>{-3}))[0], {-6});
   expect_error<TypeError>([&] { function({vector("i", i32)}, {vector("i", i32) * 1})(Tensor::from(std::vector<int64_t>{1})); }, {});

@@ -34,6 +34,16 @@ TEST(Grad, DisconnectedInputRaisesOrGivesZero) {
   expect_values(o[1], {0});
 }
 
+// "the cost does not depend on x" was wrong for a cost that reads x through a comparison.
+TEST(Grad, ACostReadingXOnlyThroughAComparisonSaysSo) {
+  Var x = vector("x", f64);
+  expect_error<GradError>([&] { grad(sum(cast(x > 0.0, f64)), x); },
+                          {"reads wrt[0] 'x'", "integer or boolean values", "gt", "disconnected", "DisconnectedInputs::zero"});
+  expect_error<GradError>([&] { grad(sum(zeros_like(x)), x); }, {"reads wrt[0] 'x'", "its shape", "DisconnectedInputs::zero"});
+  auto g = grad(sum(cast(x > 0.0, f64)), x, {.disconnected_inputs = DisconnectedInputs::zero});
+  expect_values(eval1({x}, g, {Tensor::from({-1.0, 2.0}, {2})}), {0, 0});
+}
+
 TEST(Grad, IntegerInputsGetNoGradient) {
   Var x = vector("x", f64), k = vector("k", i64);
   Var cost = sum(x * cast(k, f64));

@@ -215,7 +215,9 @@ TEST(Reduce, VarWithNoElementsOrTooFewIsNaNOrInf) {
   Var v = vector("v", f64);
   expect_values(eval1({v}, var(v, {}, false, 1), {Tensor::from(std::vector<double>{2.0})}), {std::nan("")});
   EXPECT_TRUE(std::isinf(eval1({v}, var(v, {}, false, 3), {Tensor::from(std::vector<double>{1.0, 2.0})}).item<double>()));
-  expect_error<TypeError>([&] { var(v, {}, false, -1); }, {"var", "ddof", "-1"});
+  // A negative ddof divides by more than N, as NumPy: var([1, 2, 3], ddof=-1) = 2 / 4.
+  expect_values(eval1({v}, var(v, {}, false, -1), {Tensor::from(std::vector<double>{1.0, 2.0, 3.0})}), {0.5}, 1e-15);
+  expect_values(var(Tensor::from(std::vector<double>{1.0, 2.0, 3.0}), Axes{}, false, -1), {0.5}, 1e-15);
   expect_error<TypeError>([&] { kiln::std(v, {1}); }, {"var", "axis 1", "out of range"});
 }
 

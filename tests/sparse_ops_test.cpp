@@ -232,6 +232,31 @@ TEST(SparseOps, RepeatedEntriesCountAsTheirSum) {
   expect_values(out[1], {500, 5000, 4, 40});
 }
 
+// structured() squared each stored entry: 2^2 + 3^2 = 13 where the matrix holds 5 and x * x 25.
+TEST(SparseOps, StructuredFunctionsSeeTheSumOfRepeatedEntries) {
+  for (SparseFormat format : kFormats) {
+    SCOPED_TRACE(sparse_format_name(format));
+    const Tensor data = Tensor::from(std::vector<double>{2, 3, 4}), indices = Tensor::from(std::vector<int64_t>{1, 1, 0});
+    const Tensor indptr = Tensor::from(std::vector<int64_t>{0, 2, 3});
+    const SparseTensor x = format == SparseFormat::csr ? SparseTensor::csr(data, indices, indptr, {2, 2})
+                                                       : SparseTensor::csc(data, indices, indptr, {2, 2});
+    SparseVar s = sparse_input(format, "s");
+    const std::vector<Tensor> out =
+        function({s}, {dense(structured(s, sqr)), dense(s * s), dense(structured(s, exp)), dense(-s), dense(s * 2.0)})(x);
+    const std::vector<double> squared = format == SparseFormat::csr ? std::vector<double>{0, 25, 16, 0} : std::vector<double>{0, 16, 25, 0};
+    expect_values(out[0], squared, 1e-12);
+    expect_values(out[1], squared, 1e-12);
+    const double e5 = std::exp(5.0), e4 = std::exp(4.0);
+    expect_values(out[2], format == SparseFormat::csr ? std::vector<double>{0, e5, e4, 0} : std::vector<double>{0, e4, e5, 0}, 1e-9);
+    expect_values(out[3], format == SparseFormat::csr ? std::vector<double>{0, -5, -4, 0} : std::vector<double>{0, -4, -5, 0});
+    expect_values(out[4], format == SparseFormat::csr ? std::vector<double>{0, 10, 8, 0} : std::vector<double>{0, 8, 10, 0});
+    // d sum(structured(x, sqr)) / d data: 2 * 5 for both entries of the repeated place, 2 * 4.
+    verify_grad([&](std::vector<Var> v) { return sum(structured(with_pattern(v[0], x), sqr)); }, {data});
+    expect_values(function({s}, {regular_grad(sum(structured(s, sqr)), s)})(x)[0],
+                  format == SparseFormat::csr ? std::vector<double>{0, 10, 8, 0} : std::vector<double>{0, 8, 10, 0}, 1e-12);
+  }
+}
+
 TEST(SparseOps, SamplingDotComputesOnlyAtThePattern) {
   const Tensor p = sparse_dense(5, 4, 7), a = random_tensor({5, 3}, f64, -1, 1, 8), b = random_tensor({4, 3}, f64, -1, 1, 9);
   const std::vector<double> full = dense_dot(a, transpose(b)).to_vector<double>(), pv = p.to_vector<double>();

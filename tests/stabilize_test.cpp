@@ -170,6 +170,27 @@ TEST(Stabilize, GradientsOfLogSoftmaxLogSumExpAndCrossEntropyAreFinite) {
     }
 }
 
+// exp(x - logsumexp(x)) carries logsumexp's rounding (1e-3 at 1e4 in f32) into every element:
+// the gradient was 0.73090 where softmax is 0.73106.
+TEST(Stabilize, GradientOfLogSumExpIsSoftmaxToTheLastBitsAtLargeValues) {
+  for (DType dtype : {f32, f64})
+    for (const Mode& mode : every_mode()) {
+      Var m = matrix("m", dtype);
+      const Tensor mv = Tensor::from({-10000.0, -10001.0, 9999.0, 10000.0}, {2, 2}).to(dtype);
+      Function f = function({m}, {grad(sum(logsumexp(m, {1})), m), grad(sum(log(sum(exp(m), {1}))), m),
+                                  grad(logsumexp(m, {0, 1}), m)},
+                            {.mode = mode});
+      const auto o = f(mv);
+      const double e = 1 / (1 + std::exp(-1.0));
+      const std::vector<double> rows = {e, 1 - e, 1 - e, e}, all = {0, 0, 1 - e, e};
+      const double tolerance = dtype == f32 ? 2e-7 : 1e-15;
+      const std::string where = std::string(dtype_name(dtype)) + " " + mode.name();
+      for (size_t k : {0, 1})
+        for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(o[k].to_vector<double>()[i], rows[i], tolerance) << where << " output " << k;
+      for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(o[2].to_vector<double>()[i], all[i], tolerance) << where << " all axes";
+    }
+}
+
 // The textbook logistic regression on separable data turned W into NaN at the first step while
 // the printed loss looked healthy.
 TEST(Stabilize, TextbookLogisticRegressionOnSeparableDataTrains) {

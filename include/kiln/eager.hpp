@@ -125,6 +125,16 @@ KILN_EAGER_ONE_AXIS(argmax)
 KILN_EAGER_ONE_AXIS(argmin)
 KILN_EAGER_ONE_AXIS(logsumexp)
 #undef KILN_EAGER_ONE_AXIS
+template <std::integral Axis>
+  requires(!std::same_as<Axis, bool>)
+Tensor var(const Tensor& x, Axis axis, bool keepdims = false, int64_t ddof = 0, Loc loc = Loc::current()) {
+  return var(x, Axes{static_cast<int64_t>(axis)}, keepdims, ddof, loc);
+}
+template <std::integral Axis>
+  requires(!std::same_as<Axis, bool>)
+Tensor std(const Tensor& x, Axis axis, bool keepdims = false, int64_t ddof = 0, Loc loc = Loc::current()) {
+  return std(x, Axes{static_cast<int64_t>(axis)}, keepdims, ddof, loc);
+}
 
 Tensor dot(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
 Tensor matmul(const Tensor& a, const Tensor& b, Loc loc = Loc::current());

@@ -228,7 +228,25 @@ std::vector<Var> backprop(const std::vector<std::pair<Var, Var>>& seeds, const s
 
 namespace {
 
-std::vector<Var> finish(std::vector<Var> grads, const std::vector<Var>& wrt, const GradOptions& options, const char* who) {
+// Why a cost that reads x gets no gradient for it: the first node that reads x (directly or not)
+// and gives only integer or boolean values (a comparison, a cast to an integer), or, with none,
+// the ops that read x for what carries no gradient (its shape). Empty when the costs never read x.
+std::string why_no_gradient_flows(const std::vector<Var>& costs, const Var& x) {
+  std::unordered_set<const Variable*> reads_x{x.get()};
+  for (const Node* n : topological_order(costs)) {
+    const bool reads = std::any_of(n->inputs.begin(), n->inputs.end(), [&](const Var& in) { return reads_x.count(in.get()) > 0; });
+    if (!reads) continue;
+    const bool gives_float = std::any_of(n->outputs.begin(), n->outputs.end(), [](const auto& o) { return is_float(o->type.dtype); });
+    if (!gives_float)
+      return "only through integer or boolean values, which have no gradient (" + n->op->name() + ", " + n->origin() + ")";
+    for (const auto& o : n->outputs) reads_x.insert(o.get());
+  }
+  const bool read = std::any_of(costs.begin(), costs.end(), [&](const Var& c) { return reads_x.count(c.get()) > 0; });
+  return read ? "only through what carries no gradient (its shape, or an op with no gradient for it)" : "";
+}
+
+std::vector<Var> finish(std::vector<Var> grads, const std::vector<Var>& costs, const std::vector<Var>& wrt,
+                        const GradOptions& options, const char* who) {
   for (size_t i = 0; i < wrt.size(); ++i) {
     if (grads[i].defined()) {
       if (grads[i].dtype() != wrt[i].dtype()) grads[i] = cast(grads[i], wrt[i].dtype());
@@ -242,9 +260,11 @@ std::vector<Var> finish(std::vector<Var> grads, const std::vector<Var>& wrt, con
     if (!is_float(wrt[i].dtype()))
       throw GradError(std::string(who) + ": wrt[" + std::to_string(i) + "] '" + name + "' is " + wrt[i].type().str() +
                       "; integer and boolean values have no gradient");
-    throw GradError(std::string(who) + ": the cost does not depend on wrt[" + std::to_string(i) + "] '" + name + "' " +
-                    wrt[i].type().str() + " (it is disconnected); pass GradOptions{.disconnected_inputs = "
-                    "DisconnectedInputs::zero} to get a zero gradient instead");
+    const std::string how = why_no_gradient_flows(costs, wrt[i]);
+    throw GradError(std::string(who) + ": the cost " + (how.empty() ? "does not depend on" : "reads") + " wrt[" +
+                    std::to_string(i) + "] '" + name + "' " + wrt[i].type().str() + (how.empty() ? "" : " " + how) +
+                    " (it is disconnected); pass GradOptions{.disconnected_inputs = DisconnectedInputs::zero} to get a "
+                    "zero gradient instead");
   }
   return grads;
 }
@@ -269,7 +289,7 @@ std::vector<Var> grad(const Var& cost, const std::vector<Var>& wrt, GradOptions 
   // The seed and the sums kiln adds belong to the cost's gradient too.
   std::optional<DerivedFrom> derived;
   if (const Node* n = cost.get()->owner) derived.emplace(*n, Derivation::gradient);
-  return finish(backprop({{cost, ones_like(cost)}}, wrt), wrt, options, "grad");
+  return finish(backprop({{cost, ones_like(cost)}}, wrt), {cost}, wrt, options, "grad");
 }
 
 Var grad(const Var& cost, const Var& wrt, GradOptions options) { return grad(cost, std::vector<Var>{wrt}, options)[0]; }
@@ -287,7 +307,7 @@ std::vector<Var> Lop(const std::vector<Var>& f, const std::vector<Var>& wrt, con
                       " does not match output " + f[i].type().str());
     seeds.push_back({f[i], cast(eval_points[i], f[i].dtype())});
   }
-  return finish(backprop(seeds, wrt), wrt, options, "Lop");
+  return finish(backprop(seeds, wrt), f, wrt, options, "Lop");
 }
 
 }  // namespace kiln

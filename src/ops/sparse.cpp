@@ -1294,8 +1294,10 @@ SparseVar transpose(const SparseVar& x, Loc loc) {
   return SparseVar(transposed(x.format()), x.data(), x.indices(), x.indptr(), reversed_shape(x.shape(), loc), loc);
 }
 
-SparseVar structured(const SparseVar& x, const std::function<Var(const Var&)>& fn, Loc loc) {
-  const Var values = fn(x.data());
+namespace {
+
+// x's pattern with new values, one per stored entry.
+SparseVar with_values(const SparseVar& x, const Var& values, Loc loc) {
   if (!values.defined() || values.ndim() != 1 || !is_float(values.dtype()))
     throw TypeError("structured: fn must map the stored values (" + x.data().type().str() +
                     ") elementwise to float values, got " + (values.defined() ? values.type().str() : "nothing") + " (at " +
@@ -1303,19 +1305,35 @@ SparseVar structured(const SparseVar& x, const std::function<Var(const Var&)>& f
   return SparseVar(x.format(), values, x.indices(), x.indptr(), x.shape(), loc);
 }
 
+}  // namespace
+
+SparseVar structured(const SparseVar& x, const std::function<Var(const Var&)>& fn, Loc loc) {
+  // fn sees the value of each stored place: a place stored several times holds the sum of its
+  // entries (SciPy sums repeats first), and each of them gets fn(sum) divided by their count, so
+  // that together they hold fn(sum).
+  auto at_own_places = [&](const Var& per_entry) {
+    return apply1(std::make_shared<SparseSample>(x.format()),
+                  {per_entry, x.indices(), x.indptr(), x.shape(), x.indices(), x.indptr(), x.shape()}, loc);
+  };
+  const Var values = fn(at_own_places(x.data()));
+  if (!values.defined() || values.ndim() != 1 || !is_float(values.dtype())) return with_values(x, values, loc);
+  const Var repeats = at_own_places(cast(ones_like(x.data(), loc), values.dtype(), loc));
+  return with_values(x, Operand(values, loc) / Operand(repeats, loc), loc);
+}
+
 SparseVar structured(const SparseVar& x, Var (*fn)(const Var&, Loc), Loc loc) {
   return structured(x, [&](const Var& v) { return fn(v, loc); }, loc);
 }
 
 SparseVar operator-(const SparseOperand& x) {
-  return structured(x.var, [&](const Var& v) { return -Operand(v, x.loc); }, x.loc);
+  return with_values(x.var, -Operand(x.var.data(), x.loc), x.loc);  // linear: repeats may stay apart
 }
 
 SparseVar operator*(const SparseOperand& operand, const Operand& dense_value) {
   const SparseVar& x = operand.var;
   const Var& v = dense_value.var;
   const Loc& loc = operand.loc;
-  if (v.ndim() == 0) return structured(x, [&](const Var& stored) { return Operand(stored, loc) * Operand(v, loc); }, loc);
+  if (v.ndim() == 0) return with_values(x, Operand(x.data(), loc) * Operand(v, loc), loc);  // linear, as negation
   if (v.ndim() > 2)
     throw TypeError("sparse * value: the value must have at most 2 dimensions to broadcast against " + x.str() + ", got " +
                     v.type().str() + " (at " + loc_str(loc) + ")");

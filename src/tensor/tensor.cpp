@@ -498,9 +498,24 @@ bool converts_losslessly(DType from, DType to) {
   return (from == DType::i32 && (to == DType::i64 || to == DType::f64)) || (from == DType::f32 && to == DType::f64);
 }
 
+namespace {
+
+// Every value of an i32 tensor is a float exactly (|v| <= 2^24, or a multiple of a power of two
+// that fits f32's 24-bit significand).
+bool all_exact_in_f32(const Tensor& value) {
+  const Tensor c = value.contiguous();
+  const int32_t* v = c.data<int32_t>();
+  for (int64_t i = 0; i < c.numel(); ++i)
+    if (static_cast<double>(static_cast<float>(v[i])) != static_cast<double>(v[i])) return false;
+  return true;
+}
+
+}  // namespace
+
 Tensor convert_lossless(const Tensor& value, DType target, const std::string& what) {
   if (value.dtype() == target) return value;
-  if (!converts_losslessly(value.dtype(), target))
+  const bool exact_values = value.dtype() == DType::i32 && target == DType::f32 && all_exact_in_f32(value);
+  if (!exact_values && !converts_losslessly(value.dtype(), target))
     throw TypeError(what + ": got " + value.str() + " but expected " + dtype_name(target) + "; converting " +
                     dtype_name(value.dtype()) + " to " + dtype_name(target) + " could lose information. Convert it " +
                     "yourself (Tensor::to(" + dtype_name(target) + ")) if that is intended");
