@@ -281,3 +281,41 @@ TEST(MemoryRules, ABorrowedOutputNeverViewsABufferTheCallReleases) {
   EXPECT_FALSE(out[0].shares_memory(w2.get_value({.borrow = true})));
 }
 
+
+// Found by the aliasing fuzzer: an output without borrow came back as the same buffer as a later
+// borrowed output of the same value or a view of it; a function given that borrowed output as a
+// workspace then changed the first.
+TEST(MemoryRules, AnOutputWithoutBorrowSharesNoMemoryWithALaterBorrowedOne) {
+  for (const Mode& mode : {plain_mode(), Mode::fast_compile(), Mode::fast_run(), Mode::debug()})
+    for (const bool keep : {false, true}) {
+      Var x = vector("x", f64);
+      Var y = x * 2.0;
+      Function f = function({x}, {Out(y), Out(dimshuffle(y, {0, -1}), {.borrow = true}), Out(y, {.borrow = true})},
+                            {.mode = mode, .keep_buffers = keep});
+      const std::vector<Tensor> o = f(Tensor::from({1.0, 2.0, 3.0}, {3}));
+      EXPECT_FALSE(o[0].shares_memory(o[1])) << mode.name() << (keep ? " keep" : "");
+      EXPECT_FALSE(o[0].shares_memory(o[2])) << mode.name() << (keep ? " keep" : "");
+      Var z = matrix("z", f64);
+      function({In(z, {.borrow = true})}, {exp(z) + 1.0}, {.mode = mode})(o[1]);
+      expect_values(o[0], {2, 4, 6});
+    }
+}
+
+// Found by the aliasing fuzzer: with keep_buffers, a shared variable made a borrowed output's
+// value (set_value with borrow) lay in the arena the next call wrote before reading it: the
+// output and the update came out of overwritten values (plain, fast_compile), or the update did
+// (fast_run), and debug mode reported its own plan as wrong.
+TEST(MemoryRules, ASharedValueInTheKeptArenaIsReadBeforeTheArenaIsWritten) {
+  for (const Mode& mode : {plain_mode(), Mode::fast_compile(), Mode::fast_run(), Mode::debug()}) {
+    Var x = vector("x", f64);
+    Shared s = shared(Tensor::from({10.0, 20.0, 30.0, 40.0}, {4}), "s");
+    Function f = function({x}, {Out(x * 2.0 + s, {.borrow = true}), Out(cumsum(s) + x, {.borrow = true})},
+                          {.updates = {{s, s + 1.0}}, .mode = mode, .keep_buffers = true});
+    std::vector<Tensor> o = f(Tensor::from({0.0, 0.0, 0.0, 0.0}, {4}));
+    s.set_value(o[0], {.borrow = true});
+    o = f(Tensor::from({0.5, 0.25, -0.5, 1.0}, {4}));
+    expect_values(o[0], {11, 20.5, 29, 42});
+    expect_values(o[1], {10.5, 30.25, 59.5, 101});
+    expect_values(s.get_value(), {11, 21, 31, 41});
+  }
+}

@@ -173,9 +173,11 @@ struct FunctionImpl {
     fresh->busy = true;
     return fresh.get();
   }
-  // This thread's kept arena when it is large enough and no input lies in it (a borrowed output
-  // of the last call passed back in); else a new one, kept from now on.
-  std::shared_ptr<Storage> thread_arena(CallContext& context, const MemoryPlan& plan, std::span<const Tensor> args) const {
+  // This thread's kept arena when it is large enough and no value the call reads lies in it (a
+  // borrowed output of the last call passed back in, or made a shared variable's value with
+  // set_value(borrow)); else a new one, kept from now on.
+  std::shared_ptr<Storage> thread_arena(CallContext& context, const MemoryPlan& plan, std::span<const Tensor> args,
+                                        std::span<const Tensor> shared_values) const {
     std::shared_ptr<Storage>& arena = context.arena;
     // An argument lies in the arena when it views it, or wraps memory that overlaps it (another
     // kiln allocation never does); compared without building anything.
@@ -186,6 +188,7 @@ struct FunctionImpl {
     };
     bool usable = arena && static_cast<int64_t>(arena->nbytes()) >= plan.arena_bytes;
     for (size_t i = 0; usable && i < args.size(); ++i) usable = !inside(args[i]);
+    for (size_t i = 0; usable && i < shared_values.size(); ++i) usable = !inside(shared_values[i]);
     if (!usable) arena = plan.uses_arena ? Storage::allocate(static_cast<size_t>(plan.arena_bytes)) : nullptr;
     return arena;
   }
@@ -697,7 +700,7 @@ void Function::run_call(std::span<const Tensor> args, std::vector<Tensor>& resul
   const auto plan = f.plan_for_call(slots, old_shared, lent);
   use.keep_arena_slots(plan.get());
   {  // the planned run; an arena that is not kept is released at the end of this block
-    std::shared_ptr<Storage> arena = f.keep_buffers ? f.thread_arena(context, *plan, args) : nullptr;
+    std::shared_ptr<Storage> arena = f.keep_buffers ? f.thread_arena(context, *plan, args, old_shared) : nullptr;
     const Program& schedule = f.schedules[static_cast<size_t>(plan->schedule)];
     const bool warm = f.keep_buffers && context.warm_plan == plan.get() && context.warm_arena == arena.get();
     context.warm_plan = nullptr;  // until this run has ended without error
@@ -773,15 +776,20 @@ void Function::run_call(std::span<const Tensor> args, std::vector<Tensor>& resul
     hold.store(new_values[k]);
   }
 
+  // An output without borrow shares memory with no other output, before it or after it: a
+  // borrowed one that overlaps it is copied.
   results.resize(n_out);
-  MemoryIndex returned;
+  MemoryIndex returned, returned_unborrowed;
   for (size_t j = 0; j < n_out; ++j) {
     Tensor t = slots[p.result_slots[j]];
+    const bool borrow = f.outputs[j].borrow;
     if (!owned(j)) {
       const bool kiln_memory = kiln_values.overlaps(t) || shared_values.overlaps(t) || assigned.overlaps(t);
-      if (kiln_memory || (!f.outputs[j].borrow && (caller_values.overlaps(t) || returned.overlaps(t)))) t = t.clone();
+      const bool shared_with_caller = borrow ? returned_unborrowed.overlaps(t) : caller_values.overlaps(t) || returned.overlaps(t);
+      if (kiln_memory || shared_with_caller) t = t.clone();
     }
     if (!all_owned) returned.add(t);
+    if (!all_owned && !borrow) returned_unborrowed.add(t);
     results[j] = std::move(t);
   }
 }
