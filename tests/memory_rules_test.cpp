@@ -319,3 +319,22 @@ TEST(MemoryRules, ASharedValueInTheKeptArenaIsReadBeforeTheArenaIsWritten) {
     expect_values(s.get_value(), {11, 21, 31, 41});
   }
 }
+
+// Found by the aliasing fuzzer: a variable the function does not read, given a borrowed output of
+// a function with kept buffers (set_value with borrow), changed when that function ran again. It
+// takes a copy: a kept arena is never a variable's buffer.
+TEST(MemoryRules, AVariableNeverBorrowsAKeptArena) {
+  Var x = vector("x", f64);
+  Function f = function({x}, {Out(x * 2.0, {.borrow = true})}, {.keep_buffers = true});
+  const Tensor first = f(Tensor::from({1.0, 2.0}, {2}))[0];
+  Shared kept = shared(first, "kept", {.borrow = true});
+  Shared set = shared(Tensor::zeros({2}, f64), "set");
+  set.set_value(first, {.borrow = true});
+  f(Tensor::from({5.0, 7.0}, {2}));
+  expect_values(kept.get_value(), {2, 4});
+  expect_values(set.get_value(), {2, 4});
+  // Memory of the caller's own is still borrowed.
+  Tensor own = Tensor::from({3.0, 4.0}, {2});
+  set.set_value(own, {.borrow = true});
+  EXPECT_TRUE(set.get_value({.borrow = true}).same_storage(own));
+}

@@ -68,13 +68,18 @@ class Storage {
   size_t nbytes() const { return nbytes_; }
   bool owned() const { return owned_; }
   Device device() const { return device_; }
+  // Memory a compiled function writes again on every call (its kept arena, which borrowed outputs
+  // view): a shared variable never takes it as its own buffer, even with borrow.
+  bool rewritten_by_calls() const { return rewritten_by_calls_; }
 
  private:
+  friend struct TensorHandles;  // marks a function's kept arena
   Storage(std::byte* data, size_t nbytes, bool owned) : data_(data), nbytes_(nbytes), owned_(owned) {}
   static std::shared_ptr<Storage> make(std::byte* data, size_t nbytes, bool owned);
   std::byte* data_;
   size_t nbytes_;
   bool owned_;
+  bool rewritten_by_calls_ = false;
   Device device_ = Device::cpu;  // kiln's allocator and Tensor::wrap hand out host memory
 };
 

@@ -21,6 +21,7 @@
 #include "rewrite/engine.hpp"
 #include "kiln/function.hpp"
 #include "tensor/convert.hpp"
+#include "tensor/handles.hpp"
 #include "tensor/tensor_book.hpp"
 
 namespace kiln {
@@ -189,7 +190,7 @@ struct FunctionImpl {
     bool usable = arena && static_cast<int64_t>(arena->nbytes()) >= plan.arena_bytes;
     for (size_t i = 0; usable && i < args.size(); ++i) usable = !inside(args[i]);
     for (size_t i = 0; usable && i < shared_values.size(); ++i) usable = !inside(shared_values[i]);
-    if (!usable) arena = plan.uses_arena ? Storage::allocate(static_cast<size_t>(plan.arena_bytes)) : nullptr;
+    if (!usable) arena = plan.uses_arena ? TensorHandles::kept_arena(static_cast<size_t>(plan.arena_bytes)) : nullptr;
     return arena;
   }
 };

@@ -56,14 +56,24 @@ bool aliases_another_shared(const SharedContainer* self, const Tensor& value) {
   return false;
 }
 
+namespace {
+
+// A variable keeps the buffer it is given with borrow unless that buffer is another variable's,
+// or memory a compiled function writes on every call (a borrowed output of a function with
+// kept buffers), which would change the variable's value behind its back.
+bool borrowable(const SharedContainer* self, const Tensor& value, bool borrow) {
+  return borrow && !value.storage()->rewritten_by_calls() && !aliases_another_shared(self, value);
+}
+
+}  // namespace
+
 Shared shared(const Tensor& value, std::string name, SharedOptions options) {
   const InternalTensors internal;
   auto v = std::make_shared<Variable>();
   v->type = Type{value.dtype(), std::vector<bool>(value.ndim(), false)};
   v->name = std::move(name);
   v->shared = std::make_shared<SharedContainer>();
-  const bool keep_buffer = options.borrow && !aliases_another_shared(nullptr, value);
-  v->shared->store(keep_buffer ? value.alias() : value.clone());
+  v->shared->store(borrowable(nullptr, value, options.borrow) ? value.alias() : value.clone());
   register_container(v->shared);
   return Shared(std::move(v));
 }
@@ -86,8 +96,7 @@ void Shared::set_value(const Tensor& value, SetValueOptions options) {
   if (converted) {
     c.store(checked);
   } else {
-    const bool keep_buffer = options.borrow && !aliases_another_shared(&c, value);
-    c.store(keep_buffer ? value.alias() : value.clone());
+    c.store(borrowable(&c, value, options.borrow) ? value.alias() : value.clone());
   }
 }
 

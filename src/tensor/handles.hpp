@@ -10,6 +10,12 @@ namespace kiln {
 // nothing: a handle nobody else shares is re-viewed in place (its shape and strides reuse their
 // memory), and between uses it is parked, holding no storage.
 struct TensorHandles {
+  // Storage for a compiled function's kept arena (Storage::rewritten_by_calls).
+  static std::shared_ptr<Storage> kept_arena(size_t nbytes) {
+    std::shared_ptr<Storage> arena = Storage::allocate(nbytes);
+    arena->rewritten_by_calls_ = true;
+    return arena;
+  }
   // A new handle (no storage, empty shape), taken from this thread's released ones when it can.
   static std::shared_ptr<Tensor::Impl> fresh();
   // A tensor on storage made for the user at loc (counted, put in a scope): as Tensor::view_of,
