@@ -338,3 +338,15 @@ TEST(MemoryRules, AVariableNeverBorrowsAKeptArena) {
   set.set_value(own, {.borrow = true});
   EXPECT_TRUE(set.get_value({.borrow = true}).same_storage(own));
 }
+
+// Found by the concurrency trial: kept arenas were found by std::thread::id, which the system gives
+// again to a thread started after one exits: the second thread's call overwrote the borrowed
+// output the first one had handed out.
+TEST(MemoryRules, ANewThreadNeverWritesTheArenaOfOneThatExited) {
+  Var x = vector("x", f64);
+  Function f = function({x}, {Out(x * 2.0, {.borrow = true})}, {.keep_buffers = true});
+  Tensor from_first;
+  std::thread([&] { from_first = f(Tensor::full({4}, 1.0, f64))[0]; }).join();
+  for (int t = 0; t < 4; ++t) std::thread([&] { f(Tensor::full({4}, 50.0, f64)); }).join();
+  expect_values(from_first, {2, 2, 2, 2});
+}

@@ -1,3 +1,4 @@
+#include <thread>
 // Parallel regions: an exception on any thread reaches the caller as itself, never std::terminate.
 #include "tensor/nd_loop.hpp"
 #include "tensor/parallel.hpp"
@@ -32,4 +33,20 @@ TEST(Parallel, OneElementRunsOnceWhateverTheThreadCount) {
   auto loop = collapse_loop<1>(Shape{1, 1}, {Shape{1, 1}});
   run_loop(loop, [&](int64_t n, std::array<int64_t, 1>, std::array<int64_t, 1>) { runs += static_cast<int>(n); }, 1);
   EXPECT_EQ(runs.load(), 1);
+}
+
+// Found by the concurrency trial: set_num_threads(1) held only on the thread that called it (OpenMP
+// keeps a count per thread); a worker's call ran its kernels on every core.
+TEST(Parallel, SetNumThreadsHoldsOnEveryThread) {
+  ThreadsForScope one(1);
+  Var x = vector("x");
+  Function f = function({x}, {exp(x) * 2.0 + 1.0});
+  int seen = 0, during = 0;
+  std::thread([&] {
+    seen = num_threads();
+    f(Tensor::ones({1 << 16}));
+    during = omp_get_max_threads();
+  }).join();
+  EXPECT_EQ(seen, 1);
+  EXPECT_EQ(during, 1);
 }

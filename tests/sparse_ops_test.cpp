@@ -4,6 +4,9 @@
 // patterns and shapes as clear errors.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+
 #include "test_util.hpp"
 
 using namespace kiln;
@@ -712,4 +715,48 @@ TEST(SparseOps, DenseMatricesBecomeSparseInTheGraph) {
         {full, random_tensor({4, 2}, f64, -1, 1, 24)});
   }
   EXPECT_THROW(csr_from_dense(vector("v", f64)), TypeError);
+}
+
+// Found by the concurrency trial: SparseShared::set_value set its four parts one at a time, so a
+// call beside it computed with one matrix's data and the other's indices (24% of calls wrong, or
+// "data and indices must have one entry per stored value").
+TEST(SparseOps, ACallBesideSetValueSeesOneMatrixWhole) {
+  const int64_t n = 32;
+  std::vector<double> diagonal(n * n, 0.0), two_per_row(n * n, 0.0), column(n);
+  for (int64_t i = 0; i < n; ++i) {
+    diagonal[i * n + i] = 1;
+    two_per_row[i * n + (n - 1 - i)] = 3;
+    two_per_row[i * n + (i + 1) % n] += 5;
+    column[i] = static_cast<double>(i);
+  }
+  const SparseTensor a = sparse_from_dense(Tensor::from(diagonal, {n, n}), SparseFormat::csr);
+  const SparseTensor b = sparse_from_dense(Tensor::from(two_per_row, {n, n}), SparseFormat::csr);
+  SparseShared s = sparse_shared(a, "S");
+  Var x = matrix("x", f64);
+  Function f = function({x}, {dot(s.var(), x)});
+  const Tensor xv = Tensor::from(column, {n, 1});
+  const std::vector<double> via_a = f(xv)[0].to_vector<double>();
+  s.set_value(b);
+  const std::vector<double> via_b = f(xv)[0].to_vector<double>();
+  std::atomic<bool> done{false};
+  std::atomic<int> calls{0}, wrong{0}, failed{0}, torn_reads{0};
+  std::thread reader([&] {
+    while (!done) {
+      try {
+        const std::vector<double> r = f(xv)[0].to_vector<double>();
+        wrong += r != via_a && r != via_b;
+        const int64_t nnz = s.get_value().nnz();
+        torn_reads += nnz != a.nnz() && nnz != b.nnz();
+      } catch (const Error&) {
+        ++failed;
+      }
+      ++calls;
+    }
+  });
+  for (int i = 0; i < 4000 || calls < 200; ++i) s.set_value(i % 2 ? a : b);
+  done = true;
+  reader.join();
+  EXPECT_EQ(wrong.load(), 0) << "of " << calls.load() << " calls";
+  EXPECT_EQ(failed.load(), 0) << "of " << calls.load() << " calls";
+  EXPECT_EQ(torn_reads.load(), 0);
 }

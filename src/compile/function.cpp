@@ -22,6 +22,7 @@
 #include "kiln/function.hpp"
 #include "tensor/convert.hpp"
 #include "tensor/handles.hpp"
+#include "tensor/parallel.hpp"
 #include "tensor/tensor_book.hpp"
 
 namespace kiln {
@@ -89,7 +90,14 @@ struct FunctionImpl {
   // thread calls again.
   mutable std::mutex plan_mutex;
   mutable std::map<std::pair<std::vector<Shape>, std::vector<bool>>, std::shared_ptr<const MemoryPlan>> plans;
-  mutable std::unordered_map<std::thread::id, std::unique_ptr<CallContext>> contexts;
+  // By the calling thread's ThreadLife: a thread's id may be given again to a thread started
+  // after it exits, which must not write the arena the first one's borrowed outputs view. The
+  // contexts of threads that have exited are dropped when a new thread first calls.
+  struct ThreadContext {
+    std::weak_ptr<const int> thread;  // expires when the thread exits
+    std::unique_ptr<CallContext> context;
+  };
+  mutable std::unordered_map<const int*, ThreadContext> contexts;
   // The plan of the last call: a steady loop finds it again without building a key.
   mutable std::shared_ptr<const MemoryPlan> last_plan;
   mutable std::vector<bool> last_lent;
@@ -162,9 +170,15 @@ struct FunctionImpl {
   // This thread's context, unless a call on this thread is already using it (then a fresh one).
   CallContext* acquire_context(std::unique_ptr<CallContext>& fresh) const {
     {
+      // Lives as long as its thread; its address names the thread while it does.
+      thread_local const std::shared_ptr<const int> this_thread_life = std::make_shared<const int>(0);
       std::lock_guard lock(plan_mutex);
-      std::unique_ptr<CallContext>& mine = contexts[std::this_thread::get_id()];
-      if (!mine) mine = std::make_unique<CallContext>();
+      ThreadContext& entry = contexts[this_thread_life.get()];
+      if (!entry.context || entry.thread.expired()) {
+        std::erase_if(contexts, [&](const auto& c) { return c.first != this_thread_life.get() && c.second.thread.expired(); });
+        entry = {this_thread_life, std::make_unique<CallContext>()};
+      }
+      std::unique_ptr<CallContext>& mine = entry.context;
       if (!mine->busy) {
         mine->busy = true;
         return mine.get();
@@ -627,6 +641,7 @@ void Function::call(std::span<const Tensor> args, std::vector<Tensor>& results, 
 }
 
 void Function::run_call(std::span<const Tensor> args, std::vector<Tensor>& results) const {
+  follow_num_threads();
   const InternalTensors internal;
   const FunctionImpl& f = impl();
   const Program& p = f.program();

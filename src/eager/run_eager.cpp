@@ -7,6 +7,7 @@
 
 #include "exec/backend.hpp"
 #include "exec/run_node.hpp"
+#include "tensor/parallel.hpp"
 #include "graph/node.hpp"
 #include "graph/op.hpp"
 #include "ops/elemwise.hpp"
@@ -262,6 +263,7 @@ Tensor run(Entry& e, std::span<const EagerArg> args, const Tensor* into, const L
 
 Tensor run_eager(EagerBuild build, std::span<const EagerArg> args, std::span<const int64_t> params, const Loc& loc,
                  const Tensor* into) {
+  follow_num_threads();
   Tensor result;
   {
     const InternalTensors internal;

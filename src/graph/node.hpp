@@ -65,6 +65,11 @@ class SharedContainer {
 // True when value overlaps the buffer of a shared variable other than self.
 bool aliases_another_shared(const SharedContainer* self, const Tensor& value);
 
+// The values of several variables at one moment (as a call reads them), and new values stored
+// at one moment (a call sees all of them or none): the parts of a sparse variable, a checkpoint.
+std::vector<Tensor> get_values_together(const std::vector<Shared>& variables, GetValueOptions options);
+void set_values_together(const std::vector<Shared>& variables, const std::vector<Tensor>& values, SetValueOptions options);
+
 class Variable {
  public:
   Type type;

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <mutex>
+#include <optional>
 
 #include "graph/node.hpp"
 #include "tensor/convert.hpp"
@@ -78,6 +79,59 @@ Shared shared(const Tensor& value, std::string name, SharedOptions options) {
   return Shared(std::move(v));
 }
 
+namespace {
+
+// The variables' containers once each, in the one global order of holds (by address), with where
+// each variable's container is in that list.
+std::vector<SharedContainer*> in_hold_order(const std::vector<Shared>& variables, std::vector<size_t>& position) {
+  std::vector<SharedContainer*> containers;
+  for (const Shared& v : variables) containers.push_back(&container_of(v));
+  std::vector<SharedContainer*> order = containers;
+  std::sort(order.begin(), order.end(), std::less<>());
+  order.erase(std::unique(order.begin(), order.end()), order.end());
+  position.clear();
+  for (SharedContainer* c : containers) position.push_back(static_cast<size_t>(std::lower_bound(order.begin(), order.end(), c, std::less<>()) - order.begin()));
+  return order;
+}
+
+// What set_value stores: value converted and checked, its buffer kept with borrow when it may be.
+Tensor value_to_store(const Shared& variable, const Tensor& value, bool borrow) {
+  const SharedContainer& c = container_of(variable);
+  Tensor checked = checked_value(*variable.get(), value, "set_value");
+  if (!checked.same_storage(value)) return checked;
+  return borrowable(&c, value, borrow) ? value.alias() : value.clone();
+}
+
+}  // namespace
+
+std::vector<Tensor> get_values_together(const std::vector<Shared>& variables, GetValueOptions options) {
+  std::vector<size_t> position;
+  const std::vector<SharedContainer*> order = in_hold_order(variables, position);
+  std::vector<Tensor> held(order.size());
+  {
+    std::vector<std::optional<SharedContainer::Read>> reads(order.size());
+    for (size_t i = 0; i < order.size(); ++i) held[i] = reads[i].emplace(*order[i]).value();
+  }
+  // A call overwrites a variable's buffer in place only when no other handle refers to it: the
+  // handles held here keep these values as they were while they are copied.
+  std::vector<Tensor> values;
+  for (size_t i = 0; i < variables.size(); ++i) values.push_back(options.borrow ? held[position[i]] : held[position[i]].clone());
+  return values;
+}
+
+void set_values_together(const std::vector<Shared>& variables, const std::vector<Tensor>& values, SetValueOptions options) {
+  if (values.size() != variables.size())
+    throw TypeError("set_values_together: " + std::to_string(values.size()) + " values for " + std::to_string(variables.size()) +
+                    " variables");
+  std::vector<Tensor> stored;
+  for (size_t i = 0; i < variables.size(); ++i) stored.push_back(value_to_store(variables[i], values[i], options.borrow));
+  std::vector<size_t> position;
+  const std::vector<SharedContainer*> order = in_hold_order(variables, position);
+  std::vector<std::optional<SharedContainer::Hold>> holds(order.size());
+  for (size_t i = 0; i < order.size(); ++i) holds[i].emplace(*order[i]);
+  for (size_t i = 0; i < variables.size(); ++i) holds[position[i]]->store(std::move(stored[i]));
+}
+
 Tensor Shared::get_value(GetValueOptions options, Loc loc) const {
   Tensor value;
   {
@@ -90,14 +144,7 @@ Tensor Shared::get_value(GetValueOptions options, Loc loc) const {
 
 void Shared::set_value(const Tensor& value, SetValueOptions options) {
   const InternalTensors internal;
-  SharedContainer& c = container_of(*this);
-  Tensor checked = checked_value(*get(), value, "set_value");
-  const bool converted = !checked.same_storage(value);
-  if (converted) {
-    c.store(checked);
-  } else {
-    c.store(borrowable(&c, value, options.borrow) ? value.alias() : value.clone());
-  }
+  container_of(*this).store(value_to_store(*this, value, options.borrow));
 }
 
 }  // namespace kiln

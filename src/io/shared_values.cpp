@@ -1,6 +1,7 @@
 // Shared variables saved by name in an .npz: a model's checkpoint.
 #include <algorithm>
 
+#include "graph/node.hpp"
 #include "io/npz.hpp"
 #include "kiln/io.hpp"
 #include "tensor/tensor_book.hpp"
@@ -27,8 +28,11 @@ void check_names(const std::vector<Shared>& variables, const std::string& who) {
 void save_shared(const std::string& path, const std::vector<Shared>& variables, SaveNpzOptions options) {
   check_names(variables, "save_shared");
   const InternalTensors internal;
+  // The values at one moment, as a call reads them: a function updating them meanwhile leaves
+  // a checkpoint of one step, never a mix of two.
+  const std::vector<Tensor> now = get_values_together(variables, {.borrow = true});
   NamedTensors values;
-  for (const Shared& variable : variables) values.set(variable.name(), variable.get_value({.borrow = true}));
+  for (size_t i = 0; i < variables.size(); ++i) values.set(variables[i].name(), now[i]);
   write_npz(path, values, options.compressed, "save_shared");
 }
 
@@ -55,7 +59,9 @@ void load_shared(const std::string& path, const std::vector<Shared>& variables, 
         throw IOError("load_shared: " + path + " holds the entry '" + key +
                       "', which no variable given is named; pass that variable too, or "
                       "{.allow_extra_entries = true} to load part of the file" + nothing_loaded);
-  for (const Shared& variable : variables) Shared(variable).set_value(values[variable.name()], {.borrow = true});
+  std::vector<Tensor> loaded;
+  for (const Shared& variable : variables) loaded.push_back(values[variable.name()]);
+  set_values_together(variables, loaded, {.borrow = true});  // a call sees the old model or the new one
 }
 
 }  // namespace kiln

@@ -7,6 +7,7 @@
 
 #include "graph/function_graph.hpp"
 #include "graph/node.hpp"
+#include "tensor/tensor_book.hpp"
 #include "kiln/grad.hpp"
 #include "kiln/ops.hpp"
 #include "kiln/sparse_var.hpp"
@@ -1234,12 +1235,16 @@ SparseShared::SparseShared(SparseFormat format, Shared data, Shared indices, Sha
 SparseVar SparseShared::var() const { return SparseVar(format_, data_, indices_, indptr_, shape_); }
 
 SparseTensor SparseShared::get_value(GetValueOptions options, Loc loc) const {
-  const GetValueOptions part{.borrow = options.borrow};
-  const Tensor shape = shape_.get_value({.borrow = true}, loc);
+  // The parts at one moment: a value set meanwhile is seen whole or not at all.
+  std::vector<Tensor> parts;
+  {
+    const InternalTensors internal;
+    parts = get_values_together({data_, indices_, indptr_, shape_}, {.borrow = options.borrow});
+  }
+  const Tensor &data = parts[0], &indices = parts[1], &indptr = parts[2], &shape = parts[3];
   const std::vector<int64_t> dims = shape.to_vector<int64_t>();
   if (dims.size() != 2) throw ShapeError("SparseShared::get_value: the shape variable holds " + shape.str() + ", not 2 dimensions");
   const SparseOptions sparse{.borrow = options.borrow};
-  const Tensor data = data_.get_value(part, loc), indices = indices_.get_value(part, loc), indptr = indptr_.get_value(part, loc);
   return format_ == SparseFormat::csr ? SparseTensor::csr(data, indices, indptr, {dims[0], dims[1]}, sparse, loc)
                                       : SparseTensor::csc(data, indices, indptr, {dims[0], dims[1]}, sparse, loc);
 }
@@ -1250,12 +1255,10 @@ void SparseShared::set_value(const SparseTensor& value, SetValueOptions options)
     throw TypeError(std::string("SparseShared::set_value: the variable holds a ") + sparse_format_name(format_) + " " +
                     dtype_name(data_.dtype()) + " matrix, the value is " + value.str() +
                     "; convert it (to_csr/to_csc, or its data with .to(dtype)) first");
-  // The parts are set together: the value was checked as a whole when it was made.
-  const std::vector<Tensor> parts = sparse_parts(value);
-  data_.set_value(parts[0], options);
-  indices_.set_value(parts[1], options);
-  indptr_.set_value(parts[2], options);
-  shape_.set_value(parts[3]);
+  // The parts are set at one moment (a call sees the old matrix or the new one, whole): the value
+  // was checked as a whole when it was made.
+  const InternalTensors internal;
+  set_values_together({data_, indices_, indptr_, shape_}, sparse_parts(value), options);
 }
 
 SparseShared sparse_shared(const SparseTensor& value, const std::string& name, SharedOptions options) {

@@ -1,8 +1,10 @@
 #include <omp.h>
 
+#include <atomic>
 #include <sstream>
 
 #include "kiln/tensor.hpp"
+#include "tensor/parallel.hpp"
 
 namespace kiln {
 
@@ -56,11 +58,28 @@ Shape contiguous_strides(const Shape& shape) {
   return strides;
 }
 
+namespace {
+
+// set_num_threads' choice for every thread (0: none made, OpenMP's default). OpenMP keeps a count
+// per thread: each thread that runs kiln's kernels takes this one (follow_num_threads).
+std::atomic<int> chosen_threads{0};
+
+}  // namespace
+
 void set_num_threads(int n) {
   if (n < 1) throw Error("set_num_threads: the number of threads must be at least 1, got " + std::to_string(n));
+  chosen_threads.store(n, std::memory_order_relaxed);
   omp_set_num_threads(n);
 }
 
-int num_threads() { return omp_get_max_threads(); }
+int num_threads() {
+  const int chosen = chosen_threads.load(std::memory_order_relaxed);
+  return chosen ? chosen : omp_get_max_threads();
+}
+
+void follow_num_threads() {
+  const int chosen = chosen_threads.load(std::memory_order_relaxed);
+  if (chosen && !omp_in_parallel() && omp_get_max_threads() != chosen) omp_set_num_threads(chosen);
+}
 
 }  // namespace kiln

@@ -6,6 +6,11 @@
 
 namespace kiln {
 
+// Gives the calling thread the count set_num_threads chose, when one was chosen: OpenMP keeps a
+// count per thread, and a thread the user started (a worker, a server's pool) would run kiln's
+// kernels on every core. Called where a call or an eager operation starts.
+void follow_num_threads();
+
 // Runs body(thread, n_threads) on up to `threads` OpenMP threads. An exception on any thread is
 // caught there and rethrown on the calling thread once the region has ended (the first one
 // wins): an exception that leaves an OpenMP region terminates the process.
