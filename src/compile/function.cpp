@@ -90,9 +90,10 @@ struct FunctionImpl {
   // thread calls again.
   mutable std::mutex plan_mutex;
   mutable std::map<std::pair<std::vector<Shape>, std::vector<bool>>, std::shared_ptr<const MemoryPlan>> plans;
-  // By the calling thread's ThreadLife: a thread's id may be given again to a thread started
-  // after it exits, which must not write the arena the first one's borrowed outputs view. The
-  // contexts of threads that have exited are dropped when a new thread first calls.
+  // By a token that lives as long as the calling thread (acquire_context), not by its id: an id
+  // may be given again to a thread started after it exits, which must not write the arena the
+  // first one's borrowed outputs view. The contexts of threads that have exited are dropped when
+  // a new thread first calls.
   struct ThreadContext {
     std::weak_ptr<const int> thread;  // expires when the thread exits
     std::unique_ptr<CallContext> context;
@@ -801,8 +802,9 @@ void Function::run_call(std::span<const Tensor> args, std::vector<Tensor>& resul
     const bool borrow = f.outputs[j].borrow;
     if (!owned(j)) {
       const bool kiln_memory = kiln_values.overlaps(t) || shared_values.overlaps(t) || assigned.overlaps(t);
-      const bool shared_with_caller = borrow ? returned_unborrowed.overlaps(t) : caller_values.overlaps(t) || returned.overlaps(t);
-      if (kiln_memory || shared_with_caller) t = t.clone();
+      const bool overlaps_what_it_may_not =
+          borrow ? returned_unborrowed.overlaps(t) : caller_values.overlaps(t) || returned.overlaps(t);
+      if (kiln_memory || overlaps_what_it_may_not) t = t.clone();
     }
     if (!all_owned) returned.add(t);
     if (!all_owned && !borrow) returned_unborrowed.add(t);
