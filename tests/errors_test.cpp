@@ -1,4 +1,5 @@
 // Every user-facing message not covered beside its op: each names the op, shapes/dtypes, and line.
+#include <sstream>
 #include "test_util.hpp"
 
 using namespace kiln;
@@ -67,4 +68,32 @@ TEST(Errors, GradientAndRewrittenNodesCarryTheUsersLine) {
   EXPECT_NE(stable.find(stable_line), std::string::npos) << stable;
   for (const char* kiln_file : {"stabilize.cpp", "elemwise.cpp", "grad.cpp", "canonicalize.cpp", "specialize.cpp"})
     EXPECT_EQ(stable.find(kiln_file), std::string::npos) << stable;
+}
+
+// Found by the robustness trial (ASan/UBSan): each crashed, read out of bounds or overflowed.
+TEST(Errors, EmptyHandlesAndOutOfRangeArgumentsAreClearErrors) {
+  expect_error<TypeError>([] { (void)Var().name(); }, {"empty"});
+  expect_error<TypeError>([] { ifelse(scalar("c"), Var(), vector("b")); }, {"empty Var"});
+  expect_error<TypeError>([] { std::ostringstream o; debugprint(Var(), o); }, {"debugprint", "empty Var"});
+  expect_error<TypeError>([] { to_dot(Var()); }, {"to_dot", "empty Var"});
+  expect_error<TypeError>([] { save_shared("/nonexistent/x.npz", {Shared()}); }, {"empty"});
+  expect_error<ShapeError>([] { (void)Tensor::ones({3}).item_as_double(3); }, {"item_as_double", "index 3", "f32(3,)"});
+  expect_error<ShapeError>([] { (void)Tensor::ones({3}).item_as_double(-1); }, {"index -1"});
+  expect_error<Error>([] { Tensor::view_of(nullptr, f32, {4}, {1}, 0); }, {"view_of", "storage is null"});
+  expect_error<ShapeError>([] { Tensor::zeros({4}).view({2}, {INT64_MAX}, 0); }, {"outside its storage"});
+  Var x = vector("x");
+  Function outer = function({x}, {sum(dimshuffle(x, {0, -1}) * dimshuffle(x, {-1, 0}) + 1.0)});
+  expect_error<ShapeError>([&] { outer.memory_report({{int64_t{1} << 40}}); }, {"more elements than a 64-bit count"});
+}
+
+// Integer arithmetic wraps around as NumPy's (it was signed overflow, undefined behaviour).
+TEST(Errors, IntegerOverflowWrapsAroundAsNumPy) {
+  const Tensor big = Tensor::from(std::vector<int64_t>{INT64_MAX, INT64_MIN});
+  EXPECT_EQ((big + int64_t{1}).to_vector<int64_t>(), (std::vector<int64_t>{INT64_MIN, INT64_MIN + 1}));
+  EXPECT_EQ((-big).to_vector<int64_t>(), (std::vector<int64_t>{-INT64_MAX, INT64_MIN}));
+  EXPECT_EQ(abs(big).to_vector<int64_t>(), (std::vector<int64_t>{INT64_MAX, INT64_MIN}));
+  EXPECT_EQ((big * int64_t{2}).to_vector<int64_t>(), (std::vector<int64_t>{-2, 0}));
+  EXPECT_EQ(sum(Tensor::from(std::vector<int64_t>{INT64_MAX, INT64_MAX})).item<int64_t>(), -2);
+  EXPECT_EQ(cumsum(Tensor::from(std::vector<int64_t>{INT64_MAX, 1})).to_vector<int64_t>(), (std::vector<int64_t>{INT64_MAX, INT64_MIN}));
+  EXPECT_EQ((Tensor::from(std::vector<int32_t>{INT32_MAX}) + 1).to_vector<int32_t>(), (std::vector<int32_t>{INT32_MIN}));
 }

@@ -216,7 +216,8 @@ TEST(Threads, SetNumThreads) {
   set_num_threads(1);
   EXPECT_EQ(num_threads(), 1);
   set_num_threads(before);
-  expect_error<Error>([] { set_num_threads(0); }, {"at least 1"});
+  expect_error<Error>([] { set_num_threads(0); }, {"from 1 to"});
+  expect_error<Error>([] { set_num_threads(1 << 20); }, {"from 1 to 4096", "1048576"});
 }
 
 // Issue 9, item 5: a view reaching past its storage read arbitrary memory; a shape whose element

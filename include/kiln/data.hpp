@@ -6,6 +6,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -28,7 +29,15 @@ class NamedTensors {
   std::string names() const;  // "image, label"
 
  private:
+  size_t position(std::string_view name) const;  // size() when there is no such field
+  struct NameHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view name) const { return std::hash<std::string_view>()(name); }
+  };
   std::vector<std::pair<std::string, Tensor>> fields_;
+  // Positions in fields_ by name once there are many (an .npz file of 100k entries); a batch's few
+  // fields are searched in order.
+  std::unordered_map<std::string, size_t, NameHash, std::equal_to<>> index_;
 };
 
 // A dataset: a number of examples, each a set of named tensors (TorchSharp's Dataset and

@@ -6,6 +6,7 @@
 #include "exec/run_node.hpp"
 #include "graph/op.hpp"
 #include "ops/shape.hpp"
+#include "tensor/handles.hpp"
 
 namespace kiln {
 
@@ -14,13 +15,16 @@ namespace {
 constexpr int64_t kAlign = 64;
 
 int64_t aligned_bytes(const Shape& shape, DType dtype) {
-  const int64_t bytes = shape_numel(shape) * static_cast<int64_t>(dtype_size(dtype));
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(shape_numel(shape), static_cast<int64_t>(dtype_size(dtype)), &bytes) || bytes > INT64_MAX - kAlign)
+    throw MemoryError("out of memory: a value " + std::string(dtype_name(dtype)) + shape_str(shape) +
+                      " takes more bytes than a 64-bit count holds");
   return (bytes + kAlign - 1) / kAlign * kAlign;
 }
 
 // A tensor with the right shape and no memory, for ops that read only their inputs' shapes.
 Tensor shape_only(const Shape& shape, DType dtype) {
-  return Tensor::view_of(nullptr, dtype, shape, contiguous_strides(shape), 0);
+  return TensorHandles::make(nullptr, dtype, shape, contiguous_strides(shape), 0, Loc::current());
 }
 
 bool produces_integers(const Instruction& ins) {

@@ -29,24 +29,40 @@ NamedTensors::NamedTensors(std::initializer_list<std::pair<std::string, Tensor>>
   for (const auto& [name, value] : fields) set(name, value);
 }
 
+namespace {
+constexpr size_t kSearchedInOrder = 16;
+}  // namespace
+
+size_t NamedTensors::position(std::string_view name) const {
+  if (!index_.empty()) {
+    const auto it = index_.find(name);
+    return it == index_.end() ? fields_.size() : it->second;
+  }
+  for (size_t i = 0; i < fields_.size(); ++i)
+    if (fields_[i].first == name) return i;
+  return fields_.size();
+}
+
 const Tensor& NamedTensors::operator[](std::string_view name) const {
-  for (const auto& [field, value] : fields_)
-    if (field == name) return value;
+  if (const size_t i = position(name); i < fields_.size()) return fields_[i].second;
   throw Error("no tensor named '" + std::string(name) + "': the fields are " + (fields_.empty() ? "none" : names()));
 }
 
 void NamedTensors::set(std::string name, Tensor value) {
-  for (auto& [field, held] : fields_)
-    if (field == name) {
-      held = std::move(value);
-      return;
-    }
+  if (const size_t i = position(name); i < fields_.size()) {
+    fields_[i].second = std::move(value);
+    return;
+  }
   fields_.emplace_back(std::move(name), std::move(value));
+  if (fields_.size() > kSearchedInOrder) {
+    if (index_.empty())
+      for (size_t i = 0; i < fields_.size(); ++i) index_.emplace(fields_[i].first, i);
+    else
+      index_.emplace(fields_.back().first, fields_.size() - 1);
+  }
 }
 
-bool NamedTensors::contains(std::string_view name) const {
-  return std::ranges::any_of(fields_, [&](const auto& field) { return field.first == name; });
-}
+bool NamedTensors::contains(std::string_view name) const { return position(name) < fields_.size(); }
 
 std::string NamedTensors::names() const {
   std::string out;

@@ -2,7 +2,10 @@
 // then ndim sizes), then the bytes; Debian ships them gzip-compressed.
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <filesystem>
+#include <memory>
 #include <vector>
 
 #include "kiln/data.hpp"
@@ -13,65 +16,93 @@ namespace {
 
 const char* kInstallHint = "; Debian installs Fashion-MNIST with: apt-get install dataset-fashion-mnist";
 
-// The file's bytes, gunzipped when they are compressed (zlib reads plain files as they are); path
-// becomes the name of the file read.
-std::vector<uint8_t> read_file(std::string& path) {
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (!f && path.ends_with(".gz")) {  // the same file gunzipped, under the name gunzip gives it
-    if ((f = gzopen(path.substr(0, path.size() - 3).c_str(), "rb"))) path.resize(path.size() - 3);
-  }
-  if (!f) throw IOError("FashionMnist: cannot open " + path + " (nor it without .gz)" + kInstallHint);
-  std::vector<uint8_t> data;
-  std::vector<uint8_t> chunk(size_t{1} << 16);
-  int n;
-  while ((n = gzread(f, chunk.data(), static_cast<unsigned>(chunk.size()))) > 0) data.insert(data.end(), chunk.begin(), chunk.begin() + n);
-  int err = 0;
-  const std::string message = gzerror(f, &err);
-  gzclose(f);
-  if (n < 0 || err < 0) throw IOError("FashionMnist: " + path + " is not a readable gzip file (" + message + ")" + kInstallHint);
-  return data;
+// An IDX file of unsigned bytes: its sizes and its values in row-major order.
+struct Idx {
+  std::vector<int64_t> sizes;
+  std::vector<uint8_t> values;
+};
+
+uint32_t big_endian(const uint8_t* d) {
+  return (uint32_t{d[0]} << 24) | (uint32_t{d[1]} << 16) | (uint32_t{d[2]} << 8) | d[3];
 }
 
-uint32_t big_endian(const std::vector<uint8_t>& d, size_t at) {
-  return (uint32_t{d[at]} << 24) | (uint32_t{d[at + 1]} << 16) | (uint32_t{d[at + 2]} << 8) | d[at + 3];
-}
-
-// The sizes in an IDX header of unsigned bytes with ndim dimensions, checked against the file.
-std::vector<int64_t> idx_sizes(const std::vector<uint8_t>& d, uint32_t ndim, const std::string& path) {
-  if (d.size() < 4 + 4 * size_t{ndim} || big_endian(d, 0) != (0x800u | ndim))
+// The IDX file with ndim dimensions at path, gunzipped when it is compressed (zlib reads plain
+// files as they are); path becomes the name of the file read. It reads what the header promises
+// and one byte more, never the whole of a file that is not what it claims (/dev/zero, a pipe,
+// gzip's zeros that never end).
+Idx read_idx(std::string& path, uint32_t ndim) {
+  auto regular = [](const std::string& p) {
+    std::error_code ignored;
+    return std::filesystem::is_regular_file(p, ignored);
+  };
+  auto exists = [](const std::string& p) {
+    std::error_code ignored;
+    return std::filesystem::exists(p, ignored);
+  };
+  if (!regular(path) && path.ends_with(".gz") && (regular(path.substr(0, path.size() - 3)) || !exists(path)))
+    path.resize(path.size() - 3);  // the same file gunzipped, under the name gunzip gives it
+  if (exists(path) && !regular(path))
+    throw IOError("FashionMnist: " + path + " is not a regular file (a device, a pipe or a directory)" + kInstallHint);
+  const std::unique_ptr<gzFile_s, int (*)(gzFile)> f(gzopen(path.c_str(), "rb"), gzclose);
+  if (!f) throw IOError("FashionMnist: cannot open " + path + " (nor it with .gz)" + kInstallHint);
+  auto read = [&](uint8_t* into, size_t n) {
+    size_t got = 0;
+    while (got < n) {
+      const int k = gzread(f.get(), into + got, static_cast<unsigned>(std::min<size_t>(n - got, size_t{1} << 20)));
+      if (k < 0) {
+        int err = 0;
+        throw IOError("FashionMnist: " + path + " is not a readable gzip file (" + gzerror(f.get(), &err) + ")" + kInstallHint);
+      }
+      if (k == 0) break;
+      got += static_cast<size_t>(k);
+    }
+    return got;
+  };
+  std::vector<uint8_t> header(4 + 4 * size_t{ndim});
+  if (read(header.data(), header.size()) != header.size() || big_endian(header.data()) != (0x800u | ndim))
     throw IOError("FashionMnist: " + path + " is not an IDX file of unsigned bytes with " + std::to_string(ndim) +
                   " dimensions" + kInstallHint);
-  std::vector<int64_t> sizes;
+  Idx idx;
   uint64_t total = 1;
   for (uint32_t i = 0; i < ndim; ++i) {
-    sizes.push_back(big_endian(d, 4 + 4 * size_t{i}));
-    if (__builtin_mul_overflow(total, static_cast<uint64_t>(sizes.back()), &total))
+    idx.sizes.push_back(big_endian(header.data() + 4 + 4 * size_t{i}));
+    if (__builtin_mul_overflow(total, static_cast<uint64_t>(idx.sizes.back()), &total))
       throw IOError("FashionMnist: " + path + " is malformed: the sizes in its header overflow a 64-bit count");
   }
-  const uint64_t held = d.size() - 4 - 4 * size_t{ndim};
-  if (held != total)
-    throw IOError("FashionMnist: " + path + " is truncated or malformed: its header promises " + std::to_string(total) +
-                  " values, the file holds " + std::to_string(held));
-  return sizes;
+  // Grown as the values arrive: a header promising more than the file holds allocates no more
+  // than the file's size.
+  for (uint64_t held = 0; held < total;) {
+    const size_t step = static_cast<size_t>(std::min<uint64_t>(total - held, uint64_t{1} << 24));
+    idx.values.resize(static_cast<size_t>(held) + step);
+    const size_t got = read(idx.values.data() + held, step);
+    held += got;
+    if (got < step)
+      throw IOError("FashionMnist: " + path + " is truncated or malformed: its header promises " + std::to_string(total) +
+                    " values, the file holds " + std::to_string(held));
+  }
+  uint8_t more = 0;
+  if (read(&more, 1) != 0)
+    throw IOError("FashionMnist: " + path + " is malformed: it holds more than the " + std::to_string(total) +
+                  " values its header promises");
+  return idx;
 }
 
 Tensor read_images(std::string& path) {
-  const std::vector<uint8_t> d = read_file(path);
-  const std::vector<int64_t> sizes = idx_sizes(d, 3, path);
-  const int64_t n = sizes[0], pixels = sizes[1] * sizes[2];
+  const Idx idx = read_idx(path, 3);
+  const int64_t n = idx.sizes[0], pixels = idx.sizes[1] * idx.sizes[2];
   Tensor images = Tensor::empty({n, pixels}, f32);
   float* p = images.data<float>();
-  for (int64_t i = 0; i < n * pixels; ++i) p[i] = static_cast<float>(d[16 + static_cast<size_t>(i)]) / 255.0f;
+  for (int64_t i = 0; i < n * pixels; ++i) p[i] = static_cast<float>(idx.values[static_cast<size_t>(i)]) / 255.0f;
   return images;
 }
 
 Tensor read_labels(std::string& path) {
-  const std::vector<uint8_t> d = read_file(path);
-  const int64_t n = idx_sizes(d, 1, path)[0];
+  const Idx idx = read_idx(path, 1);
+  const int64_t n = idx.sizes[0];
   Tensor labels = Tensor::empty({n}, i64);
   int64_t* p = labels.data<int64_t>();
   for (int64_t i = 0; i < n; ++i) {
-    p[i] = d[8 + static_cast<size_t>(i)];
+    p[i] = idx.values[static_cast<size_t>(i)];
     if (p[i] > 9)
       throw IOError("FashionMnist: " + path + " is malformed: label " + std::to_string(i) + " is " + std::to_string(p[i]) +
                     ", not a class in 0..9" + kInstallHint);

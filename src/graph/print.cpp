@@ -79,7 +79,18 @@ class Printer {
 
 }  // namespace
 
+namespace {
+
+void check_defined(const std::vector<Var>& vs, const char* who) {
+  for (size_t i = 0; i < vs.size(); ++i)
+    if (!vs[i].defined())
+      throw TypeError(std::string(who) + ": variable " + std::to_string(i) + " is an empty Var (default-constructed)");
+}
+
+}  // namespace
+
 void debugprint(const std::vector<Var>& vs, std::ostream& os) {
+  check_defined(vs, "debugprint");
   Printer p(os);
   for (const Var& v : vs) p.print(v, "");
   p.print_inner_graphs();
@@ -141,6 +152,7 @@ class DotWriter {
 }  // namespace
 
 std::string to_dot(const std::vector<Var>& vs) {
+  check_defined(vs, "to_dot");
   std::ostringstream s;
   s << "digraph kiln {\n  rankdir=BT;\n  compound=true;\n";
   DotWriter(s).graph(vs, "", "  ");

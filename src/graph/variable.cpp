@@ -134,7 +134,10 @@ const Type& Var::type() const {
   return v_->type;
 }
 
-const std::string& Var::name() const { return v_->name; }
+const std::string& Var::name() const {
+  if (!v_) throw TypeError("Var: this Var is empty (default-constructed); build it with matrix(), scalar(), ... first");
+  return v_->name;
+}
 
 Var tensor(DType dtype, std::vector<bool> broadcastable, std::string name) {
   auto v = std::make_shared<Variable>();

@@ -2,6 +2,7 @@
 #include "ops/cumulative.hpp"
 
 #include "kiln/ops.hpp"
+#include "ops/scalar_ops.hpp"
 #include "ops/along_axis.hpp"
 #include "tensor/dispatch.hpp"
 
@@ -52,7 +53,7 @@ class CumSumKernel final : public KernelOf<CumSum> {
         for_each_run_along(x, op().axis(), [&](int64_t xo, int64_t oo, int64_t n, int64_t xs, int64_t os) {
           T acc = T(0);
           for (int64_t i = 0; i < n; ++i) {
-            acc = static_cast<T>(acc + px[xo + i * xs]);
+            acc = wrapping_add(acc, static_cast<T>(px[xo + i * xs]));
             po[oo + i * os] = acc;
           }
         });

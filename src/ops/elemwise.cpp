@@ -123,6 +123,7 @@ DType result_dtype(const std::vector<Var>& inputs) {
   DType strong = DType::b8;
   DType weak = DType::b8;
   for (const Var& v : inputs) {
+    if (!v.defined()) throw TypeError("an operand is an empty Var (default-constructed); build it with matrix(), scalar(), ... first");
     if (v.get()->weak) {
       weak = promote_strong(weak, v.dtype());
     } else {

@@ -6,6 +6,7 @@
 
 #include "kiln/ops.hpp"
 #include "ops/elemwise.hpp"
+#include "ops/scalar_ops.hpp"
 #include "tensor/copy.hpp"
 #include "tensor/dispatch.hpp"
 #include "tensor/nd_loop.hpp"
@@ -97,12 +98,12 @@ template <class O> using SumAccumulator = std::conditional_t<std::is_same_v<O, f
 template <class O, class T> void reduce_sum(const Tensor& in, O* out, int64_t out_numel, std::span<const int64_t> axes,
                                             std::span<std::byte> scratch) {
   using Acc = SumAccumulator<O>;
-  auto add = [](Acc a, Acc b) { return static_cast<Acc>(a + b); };
+  auto add = [](Acc a, Acc b) { return wrapping_add(a, b); };
   auto run = [](Acc acc, const T* x, int64_t n, int64_t stride) {
     if constexpr (std::is_floating_point_v<Acc> && std::is_floating_point_v<T>) {
       return static_cast<Acc>(acc + pairwise_sum<Acc>(x, n, stride));
     } else {
-      for (int64_t i = 0; i < n; ++i) acc = static_cast<Acc>(acc + static_cast<Acc>(x[i * stride]));
+      for (int64_t i = 0; i < n; ++i) acc = wrapping_add(acc, static_cast<Acc>(x[i * stride]));
       return acc;
     }
   };
@@ -150,7 +151,7 @@ void reduce_into(ReduceKind kind, const Tensor& in, const Tensor& out, std::span
         }
       } else {
         auto sequential = [](auto combine) { return SequentialRun<O, T, decltype(combine)>{combine}; };
-        auto times = [](O a, O b) { return static_cast<O>(a * b); };
+        auto times = [](O a, O b) { return wrapping_mul(a, b); };
         // Floats start from -inf (+inf), so max({-inf}) is -inf; a NaN wins and stays.
         auto is_nan = [](O v) {
           if constexpr (std::is_floating_point_v<O>) return std::isnan(v);

@@ -6,6 +6,33 @@
 
 namespace kiln {
 
+// Integer arithmetic wraps around as NumPy's does (two's complement), done on the unsigned type:
+// signed overflow is undefined behaviour in C++. Floats are computed as they are.
+template <class T> T wrapping_add(T x, T y) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+    return static_cast<T>(static_cast<std::make_unsigned_t<T>>(x) + static_cast<std::make_unsigned_t<T>>(y));
+  else
+    return static_cast<T>(x + y);
+}
+template <class T> T wrapping_sub(T x, T y) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+    return static_cast<T>(static_cast<std::make_unsigned_t<T>>(x) - static_cast<std::make_unsigned_t<T>>(y));
+  else
+    return static_cast<T>(x - y);
+}
+template <class T> T wrapping_neg(T x) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+    return wrapping_sub(T(0), x);
+  else
+    return static_cast<T>(-x);  // -0.0 for 0.0, as IEEE negation
+}
+template <class T> T wrapping_mul(T x, T y) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+    return static_cast<T>(static_cast<std::make_unsigned_t<T>>(x) * static_cast<std::make_unsigned_t<T>>(y));
+  else
+    return static_cast<T>(x * y);
+}
+
 // The closed set of scalar operations every elementwise computation applies (tinygrad's few
 // primitives): Elemwise nodes apply one, fused Composite nodes a short program of them.
 enum class ScalarOp {
@@ -57,10 +84,10 @@ template <class T, class Body> bool visit_unary(ScalarOp op, Body&& body) {
     }
   } else {
     switch (op) {
-      case ScalarOp::neg: body([](T x) { return static_cast<T>(-x); }, false); return true;
-      case ScalarOp::sqr: body([](T x) { return static_cast<T>(x * x); }, false); return true;
+      case ScalarOp::neg: body([](T x) { return wrapping_neg(x); }, false); return true;
+      case ScalarOp::sqr: body([](T x) { return wrapping_mul(x, x); }, false); return true;
       case ScalarOp::relu: body([](T x) { return x > T(0) ? x : T(0); }, false); return true;
-      case ScalarOp::abs: body([](T x) { return x < T(0) ? static_cast<T>(-x) : x; }, false); return true;
+      case ScalarOp::abs: body([](T x) { return x < T(0) ? wrapping_neg(x) : x; }, false); return true;
       case ScalarOp::sign: body([](T x) { return x != x ? x : static_cast<T>((T(0) < x) - (x < T(0))); }, false); return true;  // NaN as NumPy
       default: break;
     }
@@ -104,9 +131,9 @@ template <class T, class Body> bool visit_binary(ScalarOp op, Body&& body) {
     }
   } else {
     switch (op) {
-      case ScalarOp::add: body([](T x, T y) { return static_cast<T>(x + y); }, false); return true;
-      case ScalarOp::sub: body([](T x, T y) { return static_cast<T>(x - y); }, false); return true;
-      case ScalarOp::mul: body([](T x, T y) { return static_cast<T>(x * y); }, false); return true;
+      case ScalarOp::add: body([](T x, T y) { return wrapping_add(x, y); }, false); return true;
+      case ScalarOp::sub: body([](T x, T y) { return wrapping_sub(x, y); }, false); return true;
+      case ScalarOp::mul: body([](T x, T y) { return wrapping_mul(x, y); }, false); return true;
       case ScalarOp::maximum: body([](T x, T y) { return x != x ? x : (x > y ? x : y); }, false); return true;
       case ScalarOp::minimum: body([](T x, T y) { return x != x ? x : (x < y ? x : y); }, false); return true;
       case ScalarOp::lt: body([](T x, T y) { return x < y; }, false); return true;

@@ -53,7 +53,9 @@ Shape contiguous_strides(const Shape& shape) {
   int64_t s = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     strides[i] = s;
-    s *= shape[i];
+    // Unsigned: a shape too large to allocate may overflow the product past the outermost axis,
+    // whose stride is never used.
+    s = static_cast<int64_t>(static_cast<uint64_t>(s) * static_cast<uint64_t>(shape[i]));
   }
   return strides;
 }
@@ -63,11 +65,16 @@ namespace {
 // set_num_threads' choice for every thread (0: none made, OpenMP's default). OpenMP keeps a count
 // per thread: each thread that runs kiln's kernels takes this one (follow_num_threads).
 std::atomic<int> chosen_threads{0};
+// More threads than any machine kiln runs on has cores: each OpenMP thread takes a stack, and a
+// million of them exhaust the address space.
+constexpr int kMaxThreads = 4096;
 
 }  // namespace
 
 void set_num_threads(int n) {
-  if (n < 1) throw Error("set_num_threads: the number of threads must be at least 1, got " + std::to_string(n));
+  if (n < 1 || n > kMaxThreads)
+    throw Error("set_num_threads: the number of threads must be from 1 to " + std::to_string(kMaxThreads) + ", got " +
+                std::to_string(n) + " (this machine has " + std::to_string(omp_get_num_procs()) + " processors)");
   chosen_threads.store(n, std::memory_order_relaxed);
   omp_set_num_threads(n);
 }

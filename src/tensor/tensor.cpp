@@ -45,8 +45,9 @@ void check_view(const Storage* storage, DType dtype, const Shape& shape, const S
       fail("its extent overflows");
   }
   const int64_t es = static_cast<int64_t>(dtype_size(dtype));
-  int64_t end = 0;
-  if (lo < 0 || __builtin_mul_overflow(hi + 1, es, &end) || end > static_cast<int64_t>(storage->nbytes()))
+  int64_t end = 0, count = 0;
+  if (lo < 0 || __builtin_add_overflow(hi, 1, &count) || __builtin_mul_overflow(count, es, &end) ||
+      end > static_cast<int64_t>(storage->nbytes()))
     fail("reaches elements " + std::to_string(lo) + " to " + std::to_string(hi) + ", outside its storage of " +
          std::to_string(storage->nbytes() / static_cast<size_t>(es)) + " elements");
 }
@@ -54,6 +55,7 @@ void check_view(const Storage* storage, DType dtype, const Shape& shape, const S
 
 Tensor Tensor::view_of(std::shared_ptr<Storage> storage, DType dtype, Shape shape, Shape strides, int64_t offset,
                        Loc loc) {
+  if (!storage) throw Error("Tensor::view_of: the storage is null; allocate one with Storage::allocate (at " + loc_str(loc) + ")");
   return TensorHandles::make(std::move(storage), dtype, shape, strides, offset, loc);
 }
 
@@ -196,6 +198,9 @@ Tensor Tensor::operator[](Index index) const {
 }
 
 double Tensor::item_as_double(int64_t flat) const {
+  if (flat < 0 || flat >= numel())
+    throw ShapeError("item_as_double: index " + std::to_string(flat) + " is out of range for " + str() + " (0 to " +
+                     std::to_string(numel() - 1) + ")");
   const int64_t off = element_offset(*this, flat);
   return dispatch_dtype(dtype(), [&](auto tag) {
     using T = decltype(tag);
