@@ -97,3 +97,26 @@ TEST(Errors, IntegerOverflowWrapsAroundAsNumPy) {
   EXPECT_EQ(cumsum(Tensor::from(std::vector<int64_t>{INT64_MAX, 1})).to_vector<int64_t>(), (std::vector<int64_t>{INT64_MAX, INT64_MIN}));
   EXPECT_EQ((Tensor::from(std::vector<int32_t>{INT32_MAX}) + 1).to_vector<int32_t>(), (std::vector<int32_t>{INT32_MIN}));
 }
+
+// Found by the robustness trial: these errors named kiln's own source lines (nnet.cpp,
+// jacobian.cpp) instead of the user's.
+TEST(Errors, ErrorsInsideLibraryBuiltGraphsNameTheUsersLine) {
+  Var p = matrix("p", f64), t = matrix("t", f64);
+  Function f = function({p, t}, {categorical_crossentropy(p, t)});
+  auto message_of = [](auto call) {
+    try {
+      call();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string crossentropy = message_of([&] { f(Tensor::ones({3, 4}, f64), Tensor::ones({3, 5}, f64)); });
+  EXPECT_NE(crossentropy.find("in mul, built at errors_test.cpp"), std::string::npos) << crossentropy;
+  EXPECT_EQ(crossentropy.find("nnet.cpp"), std::string::npos) << crossentropy;
+  Var x = vector("x", f64);
+  Function j = function({x}, {jacobian(x * 2.0, x, JacobianOptions{.vectorize = true})});
+  const std::string jacobian_memory = message_of([&] { j(Tensor::ones({int64_t{1} << 22}, f64)); });
+  EXPECT_NE(jacobian_memory.find("out of memory"), std::string::npos) << jacobian_memory;
+  EXPECT_EQ(jacobian_memory.find("jacobian.cpp"), std::string::npos) << jacobian_memory;
+}

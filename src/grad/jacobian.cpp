@@ -26,18 +26,19 @@ Var rows_by_scan(const Var& flat, const Var& x, GradOptions options, const Loc& 
 
 // The vector-Jacobian product for a symbolic cotangent, vectorized over a batch of cotangents:
 // the rows of the identity, whose size is known only when the function runs.
-Var rows_by_batch(const Var& flat, const Var& x, GradOptions options) {
+Var rows_by_batch(const Var& flat, const Var& x, GradOptions options, const Loc& loc) {
   const Var cotangent = tensor(flat.dtype(), flat.type().broadcastable, "cotangent");
   const Var product = Lop({flat}, {x}, {cotangent}, options)[0];
-  const Var ones = ones_like(flat);
-  const Var index = cumsum(cast(ones, DType::i64));
-  const Var identity = cast(dimshuffle(index, {0, -1}) == dimshuffle(index, {-1, 0}), flat.dtype());
+  const Var ones = ones_like(flat, loc);
+  const Var index = cumsum(cast(ones, DType::i64, loc), std::nullopt, loc);
+  const Var identity =
+      cast(Operand(dimshuffle(index, {0, -1}, loc), loc) == Operand(dimshuffle(index, {-1, 0}, loc), loc), flat.dtype(), loc);
   const Var rows = vectorize_graph({product}, {{cotangent, identity}})[0];
   if (rows.ndim() > product.ndim()) return rows;
   // A product that does not read the cotangent (a disconnected x's zeros) is every row's.
   std::vector<int64_t> column{0};
   column.resize(x.ndim() + 1, -1);
-  return pad_left(rows, rows.ndim() + 1, Loc::current()) * dimshuffle(ones, column);
+  return Operand(pad_left(rows, rows.ndim() + 1, loc), loc) * Operand(dimshuffle(ones, column, loc), loc);
 }
 
 Var jacobian_of(const Var& y, const Var& x, GradOptions options, bool vectorize, const Loc& loc) {
@@ -46,7 +47,7 @@ Var jacobian_of(const Var& y, const Var& x, GradOptions options, bool vectorize,
   try {
     if (y.ndim() == 0) return grad(y, x, options);
     const Var flat = flatten(y, 1, loc);
-    const Var rows = vectorize ? rows_by_batch(flat, x, options) : rows_by_scan(flat, x, options, loc);
+    const Var rows = vectorize ? rows_by_batch(flat, x, options, loc) : rows_by_scan(flat, x, options, loc);
     return reshape(rows, concatenate({shape_of(y, loc), shape_of(x, loc)}, 0, loc), y.ndim() + x.ndim(), loc);
   } catch (const GradError& e) {
     throw GradError("jacobian of y " + y.type().str() + " in x '" + x.get()->label() + "' " + x.type().str() +

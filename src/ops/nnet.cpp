@@ -461,7 +461,7 @@ Var binary_crossentropy(const Var& output, const Var& target, Loc loc) {
 
 Var categorical_crossentropy(const Var& probs, const Var& labels, Loc loc) {
   if (is_float(labels.dtype()) && labels.ndim() == probs.ndim())
-    return -sum(labels * stabilized(log(probs, loc)), {-1}, false, loc);
+    return -Operand(sum(Operand(labels, loc) * Operand(stabilized(log(probs, loc)), loc), {-1}, false, loc), loc);
   return stabilized(apply1(std::make_shared<CrossEntropy>(), {probs, labels}, loc));
 }
 
