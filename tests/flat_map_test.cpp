@@ -73,6 +73,17 @@ TEST(FlatMap, AgreesWithUnorderedMapThroughInsertionsAndErasures) {
   }
 }
 
+// Found in review: finding a key that is there through try_emplace could grow the table and move
+// every value.
+TEST(FlatMap, FindingAKeyThatIsThereMovesNothing) {
+  FlatMap<int64_t, int> m;
+  for (int64_t k = 0; k < 8; ++k) m[k] = static_cast<int>(k);  // 8 of 16 slots: the next insertion grows
+  const int* before = m.find(3);
+  EXPECT_FALSE(m.try_emplace(3, 99).second);
+  EXPECT_EQ(m.find(3), before);
+  EXPECT_EQ(*before, 3);
+}
+
 TEST(FlatMap, PointerKeys) {
   int cells[100];
   FlatMap<const int*, int> m;

@@ -1000,6 +1000,7 @@ class SparseSampleKernel final : public KernelOf<SparseSample> {
           if (p.indices[k] <= p.indices[k - 1]) return false;
         return true;
       };
+      std::vector<std::pair<int64_t, double>> places;  // only for rows that are not sorted
       for (int64_t m = 0; m < at.n_major; ++m) {
         const int64_t f0 = from.indptr[m], f1 = from.indptr[m + 1];
         if (sorted(from, m) && sorted(at, m)) {
@@ -1010,11 +1011,22 @@ class SparseSampleKernel final : public KernelOf<SparseSample> {
           }
           continue;
         }
+        // Unsorted or repeated: the row's entries sorted by index and summed per place, then each
+        // of the pattern's places looked up (r log r, not r^2: structured() samples a matrix at
+        // its own pattern).
+        places.clear();
+        for (int64_t f = f0; f < f1; ++f) places.push_back({from.indices[f], static_cast<double>(v[f * vs])});
+        std::sort(places.begin(), places.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+        size_t unique = 0;
+        for (size_t i = 0; i < places.size(); ++i) {
+          if (unique > 0 && places[unique - 1].first == places[i].first) places[unique - 1].second += places[i].second;
+          else places[unique++] = places[i];
+        }
+        places.resize(unique);
         for (int64_t k = at.indptr[m]; k < at.indptr[m + 1]; ++k) {
-          T total = 0;
-          for (int64_t f = f0; f < f1; ++f)
-            if (from.indices[f] == at.indices[k]) total += v[f * vs];
-          o[k * os] = total;
+          const auto it = std::lower_bound(places.begin(), places.end(), at.indices[k],
+                                           [](const auto& place, int64_t index) { return place.first < index; });
+          o[k * os] = it != places.end() && it->first == at.indices[k] ? static_cast<T>(it->second) : T(0);
         }
       }
     });

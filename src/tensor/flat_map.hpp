@@ -14,8 +14,8 @@ namespace kiln {
 // probing): a lookup reads one cache line where std::unordered_map reads a bucket and then a node
 // allocated on its own, and an insertion allocates nothing until the array grows. Compiling a
 // graph of 100k nodes looks up and inserts millions of times, its nodes scattered in memory.
-// Unlike std::unordered_map, an insertion or an erasure may move the values: hold no reference
-// or pointer to a value across either.
+// Unlike std::unordered_map, inserting a new key or erasing one may move the values: hold no
+// reference or pointer to a value across either (finding a key that is there moves nothing).
 template <class Key, class Value>
 class FlatMap {
   static_assert(std::is_pointer_v<Key> || std::is_integral_v<Key>, "FlatMap keys are pointers or integers");
@@ -45,10 +45,10 @@ class FlatMap {
   // The value of key, made from args when key is new; true when it is.
   template <class... Args>
   std::pair<Value*, bool> try_emplace(Key key, Args&&... args) {
+    if (Value* known = find(key)) return {known, false};  // nothing moves
     if (2 * (size_ + 1) > slots_.size()) rehash(std::max<size_t>(2 * slots_.size(), 16));
     size_t i = home(key);
-    for (; slots_[i]; i = next(i))
-      if (slots_[i]->first == key) return {&slots_[i]->second, false};
+    while (slots_[i]) i = next(i);
     slots_[i].emplace(std::piecewise_construct, std::forward_as_tuple(key), std::forward_as_tuple(std::forward<Args>(args)...));
     ++size_;
     return {&slots_[i]->second, true};
