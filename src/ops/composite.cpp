@@ -354,11 +354,7 @@ class CompositeKernel final : public KernelOf<Composite> {
   int64_t scratch_bytes(const std::vector<Shape>& inputs, const std::vector<Shape>& outputs) const override {
     Dims shape;
     broadcast_into(shape, inputs, [](const Shape& s) -> const Shape& { return s; }, op());
-    int64_t total = 1;
-    for (int64_t d : shape)
-      if (__builtin_mul_overflow(total, d, &total))
-        throw ShapeError(op().name() + ": its result " + shape_str(Shape(shape.begin(), shape.end())) +
-                         " has more elements than a 64-bit count holds");
+    const int64_t total = shape_numel(Shape(shape.begin(), shape.end()));  // ShapeError past 2^63
     const int threads = total >= kParallelElements ? std::max(omp_get_max_threads(), 1) : 1;
     int64_t widened = 0;
     for (size_t e = 0; e + 1 < outputs.size(); ++e)
