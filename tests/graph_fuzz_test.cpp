@@ -208,8 +208,17 @@ void show(const Case& c) {
 TEST(GraphFuzz, EveryModeThreadCountAndMemoryOptionAgreesWithAPlainRun) {
   const char* one = std::getenv("KILN_FUZZ_SHOW");
   const int n = one ? 1 : seeds(150);
+  std::vector<uint32_t> seed_list;
+  for (uint32_t seed = one ? static_cast<uint32_t>(std::atoi(one)) : 0, end = seed + static_cast<uint32_t>(n); seed < end; ++seed)
+    seed_list.push_back(seed);
+  // Seeds longer runs found failing, kept for good: debug mode judged an f64 value computed from
+  // f32 values at f64's precision (1638, 3 threads), and blamed fusion for a function that fails
+  // on its values anyway, a minimum over no elements (2617).
+  if (!one)
+    for (uint32_t seed : {1638u, 2617u})
+      if (seed >= static_cast<uint32_t>(n)) seed_list.push_back(seed);
   int graphs = 0, runs = 0, failing = 0;
-  for (uint32_t seed = one ? static_cast<uint32_t>(std::atoi(one)) : 0, end = seed + static_cast<uint32_t>(n); seed < end; ++seed) {
+  for (const uint32_t seed : seed_list) {
     const Case c = random_case(seed);
     if (one) show(c);
     std::vector<Tensor> inputs_before;
@@ -263,5 +272,5 @@ TEST(GraphFuzz, EveryModeThreadCountAndMemoryOptionAgreesWithAPlainRun) {
   }
   std::cout << "graph fuzz: " << graphs << " graphs (" << failing << " of them raise an error in every mode), " << runs
             << " configurations, each called twice\n";
-  EXPECT_EQ(graphs, n);
+  EXPECT_EQ(graphs, static_cast<int>(seed_list.size()));
 }

@@ -306,3 +306,45 @@ TEST(IfElse, AValueReadOnlyWhereNoBranchCanBeTakenHasAZeroGradient) {
     expect_values(out[1], {2});
   }
 }
+
+// Work that only the not-taken sides of ifelses on different conditions read runs only when one of
+// those sides is taken (Theano's lazy evaluation): it ran always, and a product whose shapes do
+// not align there raised although neither side reading it was taken.
+TEST(IfElse, WorkReadOnlyBySidesOfIfElsesOnDifferentConditionsRunsOnlyWhenOneIsTaken) {
+  Var a = scalar("a", f64), x = matrix("x", f64), y = matrix("y", f64);
+  Var shared_work = dot(x, y) + 1.0;
+  Var z1 = ifelse(a > 0.0, x * 2.0, shared_work), z2 = ifelse(a > 1.0, x * 3.0, shared_work * 2.0);
+  const Tensor misaligned = Tensor::ones({2, 3}, f64);
+  for (const Mode& mode : {Mode::fast_run(), Mode::fast_compile(), plain_mode(), Mode::debug()}) {
+    Function f = function({a, x, y}, {z1, z2}, {.mode = mode, .profile = mode.name() != "debug"});
+    const auto out = f(Tensor::scalar(2.0), misaligned, misaligned);
+    expect_values(out[0], std::vector<double>(6, 2.0));
+    expect_values(out[1], std::vector<double>(6, 3.0));
+    if (mode.name() != "debug") EXPECT_EQ(calls_of_ops_named(f, {"dot", "gemm"}), 0) << mode.name();
+    expect_error<ShapeError>([&] { f(Tensor::scalar(0.5), misaligned, misaligned); }, {"not aligned"});
+    const Tensor xv = random_tensor({2, 2}), yv = random_tensor({2, 2}, f64, -1, 1, 2);
+    const Tensor expected = eval1({x, y}, dot(x, y) + 1.0, {xv, yv});
+    for (double at : {-1.0, 0.5, 2.0}) {
+      const auto values = f(Tensor::scalar(at), xv, yv);
+      expect_values(values[0], (at > 0 ? xv * 2.0 : expected).to_vector<double>());
+      expect_values(values[1], (at > 1 ? xv * 3.0 : expected * 2.0).to_vector<double>());
+    }
+  }
+}
+
+// The guard's conditions may be computed only after the work it guards would otherwise run, or
+// read an ifelse's result: the work still runs exactly when a side that reads it is taken.
+TEST(IfElse, AGuardWhoseConditionReadsAnotherIfElseStillRunsTheWorkWhenNeeded) {
+  Var a = scalar("a", f64), v = vector("v", f64);
+  Var work = exp(v) + 1.0;
+  Var z1 = ifelse(a > 0.0, v * 2.0, work);
+  Var z2 = ifelse(sum(z1) > 100.0, v * 3.0, work * 2.0);
+  Function f = function({a, v}, {z1, z2}, {.mode = plain_mode()});
+  const Tensor vv = Tensor::from({0.0, 1.0}, {2});
+  auto out = f(Tensor::scalar(1.0), vv);
+  expect_values(out[0], {0, 2});
+  expect_values(out[1], {4, 2 * (std::exp(1.0) + 1)});
+  out = f(Tensor::scalar(-1.0), vv);
+  expect_values(out[0], {2, std::exp(1.0) + 1});
+  expect_values(out[1], {4, 2 * (std::exp(1.0) + 1)});
+}

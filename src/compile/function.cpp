@@ -62,6 +62,7 @@ struct FunctionImpl {
   std::vector<std::string> schedule_names;
   const Program& program() const { return schedules[0]; }
   std::optional<OpChecks> op_checks;  // Mode::debug(): an unplanned, op-checked reference run first
+  std::vector<uint8_t> result_in_single_precision;  // with op_checks: per result, computed_in_single_precision
   bool trust_input = false;
   CompileReport report;
   // Mode::debug(): every replacement made while compiling, and a program computing both sides
@@ -71,8 +72,14 @@ struct FunctionImpl {
     Var old_value, new_value;
     std::vector<Var> boundary;
     size_t first_boundary_result = 0;
+    bool single_precision = false;  // either side is computed from single precision values
   };
   std::vector<Replacement> replacements;
+  // The outputs as built, computed by the check program after the replacements' values: where they
+  // fail on a call, a new value that fails where the old one did not is the user's error, not the
+  // rewrite's (a fused node reads a reduction of no elements that the function reads anyway).
+  std::vector<Var> outputs_as_built;
+  size_t first_output_as_built = 0;
   Program check_program;
   // Per shared slot of the program: the index of the variable's update, or -1. A call holds the
   // updated variables (SharedContainer::Hold) and may compute their new values in their buffers.
@@ -375,12 +382,28 @@ class MemoryIndex {
   std::vector<size_t> borrowed_;
 };
 
-// Whether a value may stand for another: equal within the dtype's precision. Where the old value
-// is not finite (the overflow a stabilizing rewrite removes), any value may.
-std::optional<std::string> value_difference(const Tensor& old_value, const Tensor& new_value) {
+// Per value: whether it is single precision or computed from a value that is (an f64 sum of a cast
+// f32 carries f32's rounding, which may differ between two computations of it by the order of a
+// parallel or vector sum): checks comparing two computations of it allow single precision's error.
+std::vector<uint8_t> computed_in_single_precision(const std::vector<Var>& values) {
+  std::unordered_set<const Variable*> single;
+  for (const Node* n : topological_order_of_own(values)) {
+    const bool reads_single = std::any_of(n->inputs.begin(), n->inputs.end(), [&](const Var& v) {
+      return v.get()->type.dtype == DType::f32 || single.count(v.get());
+    });
+    if (reads_single)
+      for (const auto& out : n->outputs) single.insert(out.get());
+  }
+  std::vector<uint8_t> result;
+  for (const Var& v : values) result.push_back(v.get()->type.dtype == DType::f32 || single.count(v.get()));
+  return result;
+}
+
+// Whether a value may stand for another: equal within the precision it was computed in. Where the
+// old value is not finite (the overflow a stabilizing rewrite removes), any value may.
+std::optional<std::string> value_difference(const Tensor& old_value, const Tensor& new_value, bool single) {
   if (old_value.shape() != new_value.shape())
     return "shape " + shape_str(new_value.shape()) + " instead of " + shape_str(old_value.shape());
-  const bool single = old_value.dtype() == DType::f32 || new_value.dtype() == DType::f32;
   const double rtol = single ? 1e-4 : 1e-7, atol = single ? 1e-5 : 1e-9;
   const auto a = old_value.to_vector<double>(), b = new_value.to_vector<double>();
   for (size_t i = 0; i < a.size(); ++i) {
@@ -396,11 +419,11 @@ std::optional<std::string> value_difference(const Tensor& old_value, const Tenso
 // that precision plus the reference's own error, estimated from the old value's (long double
 // carries 11 more bits than f64).
 std::optional<std::string> rewrite_difference(const Tensor& old_value, const Tensor& new_value, const Var& old_var,
-                                              const std::vector<Var>& boundary, const std::vector<Tensor>& boundary_values) {
+                                              const std::vector<Var>& boundary, const std::vector<Tensor>& boundary_values,
+                                              bool single) {
   if (boundary.empty() || !is_float(old_value.dtype()) || old_value.shape() != new_value.shape())
-    return value_difference(old_value, new_value);
+    return value_difference(old_value, new_value, single);
   const std::vector<long double> reference = long_double_value(old_var, boundary, boundary_values, old_value.shape());
-  const bool single = old_value.dtype() == DType::f32 || new_value.dtype() == DType::f32;
   const long double rtol = single ? 1e-4 : 1e-7, atol = single ? 1e-5 : 1e-9;
   const auto a = old_value.to_vector<double>(), b = new_value.to_vector<double>();
   for (size_t i = 0; i < a.size(); ++i) {
@@ -428,18 +451,23 @@ void check_rewrites(const FunctionImpl& f, const std::vector<Tensor>& call_slots
   // computes is judged, and a new side must compute wherever the old one does.
   std::vector<std::string> failures;
   run_planned(check, unplanned(check), slots, nullptr, {.failures = &failures});
+  bool as_built_fails = false;
+  for (size_t r = f.first_output_as_built; r < f.first_output_as_built + f.outputs_as_built.size(); ++r)
+    as_built_fails = as_built_fails || !failures[check.result_slots[r]].empty();
   for (size_t k = 0; k < f.replacements.size(); ++k) {
     const auto& r = f.replacements[k];
     const int old_slot = check.result_slots[2 * k], new_slot = check.result_slots[2 * k + 1];
     if (!failures[old_slot].empty()) continue;
     std::optional<std::string> difference;
     if (!failures[new_slot].empty()) {
+      if (as_built_fails) continue;
       difference = "the new value fails where the old one did not: " + failures[new_slot];
     } else {
       std::vector<Tensor> boundary_values;
       for (size_t b = 0; b < r.boundary.size(); ++b)
         boundary_values.push_back(slots[check.result_slots[r.first_boundary_result + b]]);
-      difference = rewrite_difference(slots[old_slot], slots[new_slot], r.old_value, r.boundary, boundary_values);
+      difference = rewrite_difference(slots[old_slot], slots[new_slot], r.old_value, r.boundary, boundary_values,
+                                      r.single_precision);
     }
     if (difference) {
       const Node* node = r.old_value.get()->owner;
@@ -500,6 +528,9 @@ Function function(std::vector<In> given_inputs, std::vector<Out> outputs, Functi
   stage("clone", [&] { f->graph = std::make_unique<FunctionGraph>(input_vars, result_vars, checked_givens(options.givens)); });
   trace_stage("clone", f->graph->outputs());
   const auto& checks = f->mode.checks();
+  // A clone of its own: replacements rewire the readers of what they replace in the graph.
+  if (checks && checks->rewrites)
+    f->outputs_as_built = FunctionGraph(input_vars, result_vars, checked_givens(options.givens)).outputs();
   if (checks && checks->rewrites)
     f->graph->on_replace = [impl = f.get()](const Var& old_value, const Var& new_value, const std::string& rewrite) {
       impl->replacements.push_back({rewrite, old_value, new_value, {}, 0});
@@ -545,7 +576,10 @@ Function function(std::vector<In> given_inputs, std::vector<Out> outputs, Functi
   std::iota(f->shared_order.begin(), f->shared_order.end(), size_t{0});
   std::sort(f->shared_order.begin(), f->shared_order.end(),
             [&](size_t a, size_t b) { return std::less<>()(container_of(a), container_of(b)); });
-  if (checks && (checks->ops || checks->nan_guard)) f->op_checks = OpChecks{checks->nan_guard};
+  if (checks && (checks->ops || checks->nan_guard)) {
+    f->op_checks = OpChecks{checks->nan_guard};
+    f->result_in_single_precision = computed_in_single_precision(f->graph->outputs());
+  }
   f->profiling = options.profile;
   for (const Program& schedule : f->schedules) f->times.emplace_back(schedule.code.size());
   if (!f->replacements.empty()) {
@@ -554,11 +588,15 @@ Function function(std::vector<In> given_inputs, std::vector<Out> outputs, Functi
       results.push_back(r.old_value);
       results.push_back(r.new_value);
     }
+    const std::vector<uint8_t> single = computed_in_single_precision(results);
+    for (size_t k = 0; k < f->replacements.size(); ++k) f->replacements[k].single_precision = single[2 * k] || single[2 * k + 1];
     for (auto& r : f->replacements) {
       r.boundary = elementwise_boundary(r.old_value);
       r.first_boundary_result = results.size();
       results.insert(results.end(), r.boundary.begin(), r.boundary.end());
     }
+    f->first_output_as_built = results.size();
+    results.insert(results.end(), f->outputs_as_built.begin(), f->outputs_as_built.end());
     f->check_program = emit_program(SlotNumbering(f->graph->inputs(), results), results, executables);
   }
   f->report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -746,7 +784,7 @@ void Function::run_call(std::span<const Tensor> args, std::vector<Tensor>& resul
 
   if (!reference.empty())
     for (size_t r = 0; r < p.result_slots.size(); ++r)
-      if (auto difference = value_difference(reference[p.result_slots[r]], slots[p.result_slots[r]]))
+      if (auto difference = value_difference(reference[p.result_slots[r]], slots[p.result_slots[r]], f.result_in_single_precision[r]))
         throw Error("debug check: the memory plan changed " +
                     (r < f.outputs.size() ? "output " + std::to_string(r) : "update " + std::to_string(r - f.outputs.size())) +
                     ": " + *difference + " (in place or sharing decided wrongly; please report it)");

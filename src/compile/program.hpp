@@ -14,11 +14,12 @@
 namespace kiln {
 
 // One step of a compiled function: a node's kernel over numbered value slots, or a jump (node is
-// null): to `target` when the value in inputs[0] is false (jump_if_false) or always. Its lists are
-// views into arrays its Program owns, laid out in program order, so that a call walks the
-// program's memory front to back.
+// null): to `target` when the value in inputs[0] is false (jump_if_false: over an ifelse's then
+// block, also when the condition failed to compute), when it reads as `when` (jump_if: into a
+// guard's block, never when it failed), or always. Its lists are views into arrays its Program
+// owns, laid out in program order, so that a call walks the program's memory front to back.
 struct Instruction {
-  enum class Kind { run, jump_if_false, jump };
+  enum class Kind { run, jump_if_false, jump_if, jump };
   const Node* node = nullptr;
   std::shared_ptr<const Executable> executable;  // made once per node, shared by every schedule
   std::span<const int> inputs;
@@ -28,6 +29,7 @@ struct Instruction {
   std::span<const DType> output_dtypes;     // read on every call: kept here, not in the graph
   Kind kind = Kind::run;
   int target = -1;
+  bool when = true;          // the value jump_if jumps on
   bool conditional = false;  // inside a branch of an ifelse: it may not run
 };
 

@@ -23,13 +23,22 @@ namespace {
 // Where each node's value is needed: everywhere, or only when one branch of an ifelse is taken,
 // that is, when every path from the node to the results passes through that branch's values.
 // Branches nest (an ifelse within a branch), so they form a tree; a node belongs to the innermost
-// branch it is exclusive to. Found in one pass from the results back, each node's place being the
-// nearest branch that holds all of its readers: cost linear in the graph times the nesting depth.
+// branch it is exclusive to. A node that sides of several ifelses in one branch read (on different
+// conditions) belongs to a guard: a branch beside those sides, run when any of them is taken
+// (Theano computes such a value on demand). Found in one pass from the results back, each node's
+// place being the nearest branch or guard that holds all of its readers: cost linear in the graph
+// times the nesting depth.
 struct BranchTree {
   static constexpr int kEverywhere = -1;
   struct Branch {
-    int parent;  // the branch its ifelse is in
+    int parent;  // the branch its ifelse (or the guard) is in
     int depth;
+    // A side of an ifelse: taken when `condition` reads as `when`; `other` is the other side. A
+    // guard has no condition: it runs when any of its members (sides in its parent) is taken.
+    const Variable* condition = nullptr;
+    bool when = true;
+    int other = kEverywhere;
+    std::vector<int> members;
   };
   std::vector<Branch> branches;
   // By the node's position in the order emitted (Node::position); empty when there is no ifelse.
@@ -39,6 +48,7 @@ struct BranchTree {
   int place_of(const Node* n) const { return place.empty() ? kEverywhere : place[static_cast<size_t>(n->position)]; }
   int depth(int b) const { return b == kEverywhere ? 0 : branches[static_cast<size_t>(b)].depth; }
   int parent(int b) const { return branches[static_cast<size_t>(b)].parent; }
+  bool is_guard(int b) const { return b != kEverywhere && !branches[static_cast<size_t>(b)].condition; }
   // The innermost branch holding both (kEverywhere at the top).
   int common(int a, int b) const {
     while (depth(a) > depth(b)) a = parent(a);
@@ -54,33 +64,86 @@ struct BranchTree {
   }
 };
 
+// The branches a node's readers need it in: one (its place), or sides of ifelses in one branch
+// (a guard's members), sorted.
+using Demand = SmallVector<int, 2>;
+
+// A guard stands for at most this many sides; a value more sides read runs in their branch.
+constexpr size_t kMostGuardMembers = 8;
+
+// The demand of a node that already has `demand` and is also read in `branch`: the branch where
+// both lie, or, where they lie in different sides of ifelses in one branch, those sides (a guard
+// among them stands for its members). Both sides of one ifelse: the node is needed wherever that
+// ifelse runs.
+void add_reader(Demand& demand, int branch, const BranchTree& tree) {
+  if (demand.empty()) {
+    demand = {branch};
+    return;
+  }
+  int meet = branch;
+  for (int b : demand) meet = tree.common(meet, b);
+  Demand sides;
+  bool whole = false;
+  auto add = [&](int b) {
+    if (b == meet) {
+      whole = true;
+      return;
+    }
+    while (tree.parent(b) != meet) b = tree.parent(b);
+    const std::vector<int>& members = tree.branches[static_cast<size_t>(b)].members;
+    for (int m : tree.is_guard(b) ? std::span<const int>(members) : std::span<const int>(&b, 1))
+      if (std::find(sides.begin(), sides.end(), m) == sides.end()) sides.push_back(m);
+  };
+  for (int b : demand) add(b);
+  add(branch);
+  for (int b : sides) whole = whole || std::find(sides.begin(), sides.end(), tree.branches[static_cast<size_t>(b)].other) != sides.end();
+  if (whole || sides.size() > kMostGuardMembers) {
+    demand = {meet};
+    return;
+  }
+  std::sort(sides.begin(), sides.end());
+  demand = sides;
+}
+
 // The order's nodes carry their positions in it (Node::position).
 BranchTree branch_tree(const std::vector<Node*>& order, const std::vector<Var>& results) {
   BranchTree tree;
   const auto is_ifelse = [](const Node* n) { return dynamic_cast<const IfElse*>(n->op.get()) != nullptr; };
   if (std::none_of(order.begin(), order.end(), is_ifelse)) return tree;  // every node is needed everywhere
-  constexpr int kNoReader = -2;
   tree.place.assign(order.size(), BranchTree::kEverywhere);
   tree.sides.assign(order.size(), {BranchTree::kEverywhere, BranchTree::kEverywhere});
-  std::vector<int> readers_place(order.size(), kNoReader);  // the meet of the readers seen so far
+  std::vector<Demand> demands(order.size());
   // Ifelses on one condition, in one branch, share their branches: what only their then values
   // need runs when the condition holds, whichever of them reads it.
   std::map<std::pair<const Variable*, int>, std::pair<int, int>> by_condition;
+  std::map<std::vector<int>, int> guards;  // by parent and members
+  auto place_of = [&](const Demand& demand) {
+    if (demand.size() == 1) return demand[0];
+    const int parent = tree.parent(demand[0]);
+    std::vector<int> key{parent};
+    key.insert(key.end(), demand.begin(), demand.end());
+    auto [guard, fresh] = guards.try_emplace(std::move(key), static_cast<int>(tree.branches.size()));
+    if (fresh) tree.branches.push_back({parent, tree.depth(parent) + 1, nullptr, true, BranchTree::kEverywhere,
+                                        std::vector<int>(demand.begin(), demand.end())});
+    return guard->second;
+  };
   for (const Var& r : results)
-    if (const Node* n = r.get()->owner) readers_place[static_cast<size_t>(n->position)] = BranchTree::kEverywhere;
+    if (const Node* n = r.get()->owner) demands[static_cast<size_t>(n->position)] = {BranchTree::kEverywhere};
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     const Node* n = *it;
-    const int here = std::max(readers_place[static_cast<size_t>(n->position)], static_cast<int>(BranchTree::kEverywhere));
+    const Demand& demand = demands[static_cast<size_t>(n->position)];
+    const int here = demand.empty() ? BranchTree::kEverywhere : place_of(demand);
     tree.place[static_cast<size_t>(n->position)] = here;
     const auto* op = dynamic_cast<const IfElse*>(n->op.get());
     std::pair<int, int> own{here, here};
     if (op) {
-      auto [sides, fresh] = by_condition.try_emplace({n->inputs[0].get(), here});
+      const Variable* condition = n->inputs[0].get();
+      auto [sides, fresh] = by_condition.try_emplace({condition, here});
       if (fresh) {
-        const int depth = tree.depth(here) + 1;
-        tree.branches.push_back({here, depth});
-        tree.branches.push_back({here, depth});
-        sides->second = {static_cast<int>(tree.branches.size()) - 2, static_cast<int>(tree.branches.size()) - 1};
+        const int depth = tree.depth(here) + 1, then_side = static_cast<int>(tree.branches.size());
+        tree.branches.push_back({here, depth, condition, true, then_side + 1, {}});
+        tree.branches.push_back({here, depth, condition, false, then_side, {}});
+        sides->second = {then_side, then_side + 1};
       }
       own = sides->second;
       tree.sides[static_cast<size_t>(n->position)] = own;
@@ -89,8 +152,7 @@ BranchTree branch_tree(const std::vector<Node*>& order, const std::vector<Var>& 
       const Node* producer = n->inputs[i].get()->owner;
       if (!producer) continue;
       const int edge = !op || i == 0 ? here : i <= static_cast<size_t>(op->n()) ? own.first : own.second;
-      int& meet = readers_place[static_cast<size_t>(producer->position)];
-      meet = meet == kNoReader ? edge : tree.common(meet, edge);
+      add_reader(demands[static_cast<size_t>(producer->position)], edge, tree);
     }
   }
   return tree;
@@ -216,7 +278,10 @@ Program emit_program(const SlotNumbering& numbering, const std::vector<Var>& res
 
   std::vector<Draft> code;
   code.reserve(order.size());
+  // By position: emitted already (read only where the program has ifelses).
+  std::vector<uint8_t> emitted(tree.place.size(), 0);
   auto emit_node = [&](Node* n, bool conditional) {
+    if (!emitted.empty()) emitted[static_cast<size_t>(n->position)] = 1;
     Draft d;
     d.ins.node = n;
     d.ins.executable = executables.of(*n);
@@ -282,6 +347,11 @@ Program emit_program(const SlotNumbering& numbering, const std::vector<Var>& res
   // takes those its side reads and the others have not: `flat` blocks list such nodes of every
   // depth and are split again at each level.
   std::vector<int> waiting_in(tree.place.size(), -1);  // by position: the emit call a node waits in
+  std::vector<int> placed_in(tree.place.size(), -1);   // by position: the emit call a node is placed in
+  std::vector<uint8_t> guard_emitted(tree.branches.size(), 0);
+  std::vector<std::vector<int>> guards_of(tree.branches.size());  // by side: the guards it is a member of
+  for (size_t g = 0; g < tree.branches.size(); ++g)
+    for (int m : tree.branches[g].members) guards_of[static_cast<size_t>(m)].push_back(static_cast<int>(g));
   int calls = 0;
   std::function<void(int, const std::vector<Node*>&, bool)> emit_block = [&](int branch, const std::vector<Node*>& block,
                                                                             bool flat) {
@@ -327,11 +397,79 @@ Program emit_program(const SlotNumbering& numbering, const std::vector<Var>& res
       return held[static_cast<size_t>(b)] == 0 ? std::function<void()>()
                                                : [&, b] { emit_block(b, direct[static_cast<size_t>(b)], false); };
     };
+    if (!tree.place.empty())
+      for (const Node* n : block)
+        if (tree.place_of(n) == branch) placed_in[static_cast<size_t>(n->position)] = call;
+    // Whether a guard's condition can be read before the ifelses it guards: computed already, or
+    // work of this block that needs no ifelse, which then runs now.
+    auto ready = [&](const Variable* condition) {
+      std::vector<Node*> pulled, stack{condition->owner};
+      while (!stack.empty()) {
+        Node* x = stack.back();
+        stack.pop_back();
+        if (!x || emitted[static_cast<size_t>(x->position)] ||
+            std::find(pulled.begin(), pulled.end(), x) != pulled.end())
+          continue;
+        if (placed_in[static_cast<size_t>(x->position)] != call || dynamic_cast<const IfElse*>(x->op.get())) return false;
+        pulled.push_back(x);
+        for (const Var& v : x->inputs) stack.push_back(v.get()->owner);
+      }
+      std::sort(pulled.begin(), pulled.end(), by_position);
+      for (Node* x : pulled) emit_node(x, conditional);
+      return true;
+    };
+    // A guard's block, before the first ifelse whose side it serves: jump into it when any of its
+    // sides will be taken, else over it. Where a condition cannot be read yet (it reads an ifelse
+    // of this block), the block runs whenever this one does.
+    auto emit_guard = [&](int g) {
+      std::vector<Node*> nodes;
+      if (flat) {
+        for (Node* x : block) {
+          const size_t at = static_cast<size_t>(x->position);
+          if (waiting_in[at] != call || tree.common(tree.place_of(x), g) != g) continue;
+          waiting_in[at] = -1;
+          --waiting;
+          nodes.push_back(x);
+        }
+      } else if (!guard_emitted[static_cast<size_t>(g)]) {
+        guard_emitted[static_cast<size_t>(g)] = 1;
+        nodes = direct[static_cast<size_t>(g)];
+      }
+      if (nodes.empty()) return;
+      bool always = false;
+      for (int m : tree.branches[static_cast<size_t>(g)].members)
+        always = always || !ready(tree.branches[static_cast<size_t>(m)].condition);
+      std::vector<size_t> into;
+      if (!always)
+        for (int m : tree.branches[static_cast<size_t>(g)].members) {
+          Draft test;
+          test.ins.kind = Instruction::Kind::jump_if;
+          test.ins.when = tree.branches[static_cast<size_t>(m)].when;
+          test.ins.conditional = conditional;
+          test.inputs = {slot(tree.branches[static_cast<size_t>(m)].condition)};
+          into.push_back(code.size());
+          code.push_back(std::move(test));
+        }
+      const size_t skip = code.size();
+      if (!always) {
+        Draft over;
+        over.ins.kind = Instruction::Kind::jump;
+        over.ins.conditional = conditional;
+        code.push_back(std::move(over));
+      }
+      for (size_t k : into) code[k].ins.target = static_cast<int>(code.size());
+      emit_block(g, nodes, flat);
+      if (!always) code[skip].ins.target = static_cast<int>(code.size());
+    };
     for (Node* n : block) {
+      if (!emitted.empty() && emitted[static_cast<size_t>(n->position)]) continue;
       if (tree.place_of(n) != branch) {
         wait(n);
         continue;
       }
+      if (const int then_side = tree.branch_of_ifelse(n, true); then_side != BranchTree::kEverywhere)
+        for (int side_branch : {then_side, tree.branch_of_ifelse(n, false)})
+          for (int g : guards_of[static_cast<size_t>(side_branch)]) emit_guard(g);
       std::function<void()> then_block, else_block;
       if (const auto* op = dynamic_cast<const IfElse*>(n->op.get())) {
         const size_t values = static_cast<size_t>(op->n());
@@ -471,6 +609,8 @@ std::string program_text(const Program& p) {
     if (ins.kind == Instruction::Kind::jump) text += "jump to " + std::to_string(ins.target);
     else if (ins.kind == Instruction::Kind::jump_if_false)
       text += "unless " + slots(ins.inputs) + " jump to " + std::to_string(ins.target);
+    else if (ins.kind == Instruction::Kind::jump_if)
+      text += std::string(ins.when ? "if " : "if not ") + slots(ins.inputs) + " jump to " + std::to_string(ins.target);
     else text += slots(ins.outputs) + " <- " + ins.node->op->name() + "(" + slots(ins.inputs) + ")   " + ins.node->origin();
     text += "\n";
   }
@@ -486,6 +626,7 @@ size_t next_instruction(const Program& program, size_t k, const std::vector<Tens
   const Instruction& ins = program.code[k];
   if (ins.kind == Instruction::Kind::jump) return static_cast<size_t>(ins.target);
   if (ins.kind == Instruction::Kind::jump_if_false && !truth_of(slots[ins.inputs[0]])) return static_cast<size_t>(ins.target);
+  if (ins.kind == Instruction::Kind::jump_if && truth_of(slots[ins.inputs[0]]) == ins.when) return static_cast<size_t>(ins.target);
   return k + 1;
 }
 
@@ -553,8 +694,10 @@ void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& 
     const Instruction& ins = p.code[k];
     if (ins.kind != Instruction::Kind::run) {
       // A condition that failed to compute takes neither branch.
-      k = ins.kind == Instruction::Kind::jump_if_false && failed(ins.inputs[0]) ? static_cast<size_t>(ins.target)
-                                                                               : next_instruction(p, k, slots);
+      if (ins.kind != Instruction::Kind::jump && failed(ins.inputs[0]))
+        k = ins.kind == Instruction::Kind::jump_if_false ? static_cast<size_t>(ins.target) : k + 1;
+      else
+        k = next_instruction(p, k, slots);
       continue;
     }
     if (const int f = plan.forwarded[k]; f >= 0) {
