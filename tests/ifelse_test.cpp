@@ -348,3 +348,26 @@ TEST(IfElse, AGuardWhoseConditionReadsAnotherIfElseStillRunsTheWorkWhenNeeded) {
   expect_values(out[0], {2, std::exp(1.0) + 1});
   expect_values(out[1], {4, 2 * (std::exp(1.0) + 1)});
 }
+
+// An ifelse on a guard's condition that reads none of the guard's work may come before the work's
+// own inputs: the guard's block comes before the first ifelse that reads it (its block ran before
+// the first ifelse sharing the side, ahead of an input computed after that ifelse).
+TEST(IfElse, AGuardRunsBeforeTheFirstIfElseThatReadsItNotTheFirstOnItsCondition) {
+  Var a = scalar("a", f64), v = vector("v", f64), u = vector("u", f64);
+  Var early = ifelse(a > 0.0, v * 2.0, v * 3.0);
+  Var late_input = exp(u) * 2.0;  // an output too: computed outside the branches
+  Var work = late_input + 1.0;
+  Var z1 = ifelse(a > 0.0, v * 4.0, work);
+  Var z2 = ifelse(a > 1.0, v * 5.0, work * 2.0);
+  const Tensor vv = Tensor::from({1.0, 2.0}, {2}), uv = Tensor::from({0.0, 1.0}, {2});
+  for (const Mode& mode : {Mode::fast_run(), Mode::fast_compile(), plain_mode(), Mode::debug()}) {
+    Function f = function({a, v, u}, {early, z1, z2, late_input}, {.mode = mode});
+    for (double at : {-1.0, 0.5, 2.0}) {
+      const auto out = f(Tensor::scalar(at), vv, uv);
+      const double w0 = 2 * std::exp(0.0) + 1, w1 = 2 * std::exp(1.0) + 1;
+      expect_values(out[0], at > 0 ? std::vector<double>{2, 4} : std::vector<double>{3, 6});
+      expect_values(out[1], at > 0 ? std::vector<double>{4, 8} : std::vector<double>{w0, w1});
+      expect_values(out[2], at > 1 ? std::vector<double>{5, 10} : std::vector<double>{2 * w0, 2 * w1});
+    }
+  }
+}

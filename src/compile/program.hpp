@@ -15,8 +15,7 @@ namespace kiln {
 
 // One step of a compiled function: a node's kernel over numbered value slots, or a jump (node is
 // null): to `target` when the value in inputs[0] is false (jump_if_false: over an ifelse's then
-// block, also when the condition failed to compute), when it reads as `when` (jump_if: into a
-// guard's block, never when it failed), or always. Its lists are views into arrays its Program
+// block), when it reads as `when` (jump_if: into a guard's block), or always. Its lists are views into arrays its Program
 // owns, laid out in program order, so that a call walks the program's memory front to back.
 struct Instruction {
   enum class Kind { run, jump_if_false, jump_if, jump };

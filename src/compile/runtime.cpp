@@ -56,6 +56,12 @@ struct BranchTree {
     while (a != b) a = parent(a), b = parent(b);
     return a;
   }
+  // The child of `branch` that holds place b, at any depth (kEverywhere where b is `branch` itself
+  // or outside it).
+  int child_holding(int b, int branch) const {
+    while (b != kEverywhere && parent(b) != branch) b = parent(b);
+    return b;
+  }
   // The branch of an ifelse's then or else side (kEverywhere for any other node).
   int branch_of_ifelse(const Node* n, bool then_side) const {
     if (sides.empty()) return kEverywhere;
@@ -348,10 +354,11 @@ Program emit_program(const SlotNumbering& numbering, const std::vector<Var>& res
   // depth and are split again at each level.
   std::vector<int> waiting_in(tree.place.size(), -1);  // by position: the emit call a node waits in
   std::vector<int> placed_in(tree.place.size(), -1);   // by position: the emit call a node is placed in
-  std::vector<uint8_t> guard_emitted(tree.branches.size(), 0);
-  std::vector<std::vector<int>> guards_of(tree.branches.size());  // by side: the guards it is a member of
+  std::vector<int> seen_in(tree.place.size(), -1);     // by position: the last walk that reached a node
+  int walks = 0;
+  std::vector<uint8_t> has_guards(tree.branches.size() + 1, 0);  // by branch + 1 (the top level at 0)
   for (size_t g = 0; g < tree.branches.size(); ++g)
-    for (int m : tree.branches[g].members) guards_of[static_cast<size_t>(m)].push_back(static_cast<int>(g));
+    if (tree.is_guard(static_cast<int>(g))) has_guards[static_cast<size_t>(tree.parent(static_cast<int>(g)) + 1)] = 1;
   int calls = 0;
   std::function<void(int, const std::vector<Node*>&, bool)> emit_block = [&](int branch, const std::vector<Node*>& block,
                                                                             bool flat) {
@@ -363,9 +370,10 @@ Program emit_program(const SlotNumbering& numbering, const std::vector<Var>& res
       ++waiting;
     };
     auto shared = [&](int b) { return ifelses_on[static_cast<size_t>(b)] > 1; };
+    // The nodes of shared branches and of guards wait for the ifelses that read them.
     if (!flat)
       for (int c : conditional ? children[static_cast<size_t>(branch)] : top_children)
-        if (shared(c)) {
+        if (shared(c) || tree.is_guard(c)) {
           std::vector<Node*> nodes;
           collect(c, nodes);
           for (const Node* x : nodes) wait(x);
@@ -418,48 +426,60 @@ Program emit_program(const SlotNumbering& numbering, const std::vector<Var>& res
       for (Node* x : pulled) emit_node(x, conditional);
       return true;
     };
-    // A guard's block, before the first ifelse whose side it serves: jump into it when any of its
-    // sides will be taken, else over it. Where a condition cannot be read yet (it reads an ifelse
-    // of this block), the block runs whenever this one does.
-    auto emit_guard = [&](int g) {
-      std::vector<Node*> nodes;
-      if (flat) {
-        for (Node* x : block) {
-          const size_t at = static_cast<size_t>(x->position);
-          if (waiting_in[at] != call || tree.common(tree.place_of(x), g) != g) continue;
-          waiting_in[at] = -1;
-          --waiting;
-          nodes.push_back(x);
-        }
-      } else if (!guard_emitted[static_cast<size_t>(g)]) {
-        guard_emitted[static_cast<size_t>(g)] = 1;
-        nodes = direct[static_cast<size_t>(g)];
+    // The work in guards (children of this branch) that an ifelse's sides read and no earlier
+    // ifelse did: each guard's part in a block of its own before the ifelse's, jumped into when
+    // any of the guard's sides will be taken, else over. A guard whose condition cannot be read
+    // yet (it reads an ifelse of this block) runs whenever this block does. A guard reading
+    // another's work has fewer sides than it: the guards with more sides go first.
+    auto emit_guards_read_by = [&](const Node* n, size_t values) {
+      std::vector<Node*> stack, found;
+      const int walk = walks++;
+      for (size_t i = 1; i <= 2 * values; ++i) stack.push_back(n->inputs[i].get()->owner);
+      while (!stack.empty()) {
+        Node* x = stack.back();
+        stack.pop_back();
+        if (!x || emitted[static_cast<size_t>(x->position)] || seen_in[static_cast<size_t>(x->position)] == walk) continue;
+        seen_in[static_cast<size_t>(x->position)] = walk;
+        const int child = tree.child_holding(tree.place_of(x), branch);
+        if (child == BranchTree::kEverywhere) continue;
+        if (tree.is_guard(child) && waiting_in[static_cast<size_t>(x->position)] == call) found.push_back(x);
+        for (const Var& v : x->inputs) stack.push_back(v.get()->owner);
       }
-      if (nodes.empty()) return;
-      bool always = false;
-      for (int m : tree.branches[static_cast<size_t>(g)].members)
-        always = always || !ready(tree.branches[static_cast<size_t>(m)].condition);
-      std::vector<size_t> into;
-      if (!always)
-        for (int m : tree.branches[static_cast<size_t>(g)].members) {
-          Draft test;
-          test.ins.kind = Instruction::Kind::jump_if;
-          test.ins.when = tree.branches[static_cast<size_t>(m)].when;
-          test.ins.conditional = conditional;
-          test.inputs = {slot(tree.branches[static_cast<size_t>(m)].condition)};
-          into.push_back(code.size());
-          code.push_back(std::move(test));
-        }
-      const size_t skip = code.size();
-      if (!always) {
-        Draft over;
-        over.ins.kind = Instruction::Kind::jump;
-        over.ins.conditional = conditional;
-        code.push_back(std::move(over));
+      std::map<std::pair<size_t, int>, std::vector<Node*>, std::greater<>> by_guard;  // most sides first
+      for (Node* x : found) {
+        const int g = tree.child_holding(tree.place_of(x), branch);
+        by_guard[{tree.branches[static_cast<size_t>(g)].members.size(), g}].push_back(x);
+        waiting_in[static_cast<size_t>(x->position)] = -1;
+        --waiting;
       }
-      for (size_t k : into) code[k].ins.target = static_cast<int>(code.size());
-      emit_block(g, nodes, flat);
-      if (!always) code[skip].ins.target = static_cast<int>(code.size());
+      for (auto& [key, nodes] : by_guard) {
+        const int g = key.second;
+        const std::vector<int>& members = tree.branches[static_cast<size_t>(g)].members;
+        std::sort(nodes.begin(), nodes.end(), by_position);
+        bool always = false;
+        for (int m : members) always = always || !ready(tree.branches[static_cast<size_t>(m)].condition);
+        std::vector<size_t> into;
+        if (!always)
+          for (int m : members) {
+            Draft test;
+            test.ins.kind = Instruction::Kind::jump_if;
+            test.ins.when = tree.branches[static_cast<size_t>(m)].when;
+            test.ins.conditional = conditional;
+            test.inputs = {slot(tree.branches[static_cast<size_t>(m)].condition)};
+            into.push_back(code.size());
+            code.push_back(std::move(test));
+          }
+        const size_t over = code.size();
+        if (!always) {
+          Draft jump_over;
+          jump_over.ins.kind = Instruction::Kind::jump;
+          jump_over.ins.conditional = conditional;
+          code.push_back(std::move(jump_over));
+        }
+        for (size_t k : into) code[k].ins.target = static_cast<int>(code.size());
+        emit_block(g, nodes, true);
+        if (!always) code[over].ins.target = static_cast<int>(code.size());
+      }
     };
     for (Node* n : block) {
       if (!emitted.empty() && emitted[static_cast<size_t>(n->position)]) continue;
@@ -467,12 +487,10 @@ Program emit_program(const SlotNumbering& numbering, const std::vector<Var>& res
         wait(n);
         continue;
       }
-      if (const int then_side = tree.branch_of_ifelse(n, true); then_side != BranchTree::kEverywhere)
-        for (int side_branch : {then_side, tree.branch_of_ifelse(n, false)})
-          for (int g : guards_of[static_cast<size_t>(side_branch)]) emit_guard(g);
       std::function<void()> then_block, else_block;
       if (const auto* op = dynamic_cast<const IfElse*>(n->op.get())) {
         const size_t values = static_cast<size_t>(op->n());
+        if (has_guards[static_cast<size_t>(branch + 1)]) emit_guards_read_by(n, values);
         then_block = side(n, true, 1, values);
         else_block = side(n, false, 1 + values, values);
       }
@@ -693,9 +711,10 @@ void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& 
   for (size_t k = 0; k < p.code.size();) {
     const Instruction& ins = p.code[k];
     if (ins.kind != Instruction::Kind::run) {
-      // A condition that failed to compute takes neither branch.
+      // A condition that failed to compute reads as false: the ifelse fails, its else block and the
+      // guards it needs run (what they compute is checked against what fails there).
       if (ins.kind != Instruction::Kind::jump && failed(ins.inputs[0]))
-        k = ins.kind == Instruction::Kind::jump_if_false ? static_cast<size_t>(ins.target) : k + 1;
+        k = ins.kind == Instruction::Kind::jump_if_false || !ins.when ? static_cast<size_t>(ins.target) : k + 1;
       else
         k = next_instruction(p, k, slots);
       continue;
