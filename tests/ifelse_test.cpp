@@ -371,3 +371,22 @@ TEST(IfElse, AGuardRunsBeforeTheFirstIfElseThatReadsItNotTheFirstOnItsCondition)
     }
   }
 }
+
+// Work in one guard may read work in another with more sides (u is read by three sides, w = u.y by
+// two of them): the guard with more sides runs first (w's block ran first and read u unset: a crash).
+TEST(IfElse, AGuardReadingAnotherGuardsWorkRunsAfterIt) {
+  Var a = scalar("a", f64), b = scalar("b", f64), c = scalar("c", f64), x = matrix("x", f64), y = matrix("y", f64);
+  Var u = dot(x, y), w = dot(u, y);
+  Var out = sum(ifelse(a > 0.0, w * 3.0, x)) + sum(ifelse(b > 0.0, w * 4.0, x)) + sum(ifelse(c > 0.0, u * 5.0, x));
+  const Tensor xv = Tensor::from({1.0, 2.0, 3.0, 4.0}, {2, 2}), identity = Tensor::from({1.0, 0.0, 0.0, 1.0}, {2, 2});
+  const Tensor misaligned = Tensor::ones({2, 3}, f64);
+  for (const Mode& mode : {Mode::fast_run(), Mode::fast_compile(), plain_mode(), Mode::debug()}) {
+    Function f = function({a, b, c, x, y}, {out}, {.mode = mode});
+    for (int k = 0; k < 8; ++k) {
+      const double av = k & 1, bv = (k >> 1) & 1, cv = (k >> 2) & 1;
+      const auto got = f(Tensor::scalar(av), Tensor::scalar(bv), Tensor::scalar(cv), xv, identity);
+      expect_values(got[0], {(av ? 30.0 : 10.0) + (bv ? 40.0 : 10.0) + (cv ? 50.0 : 10.0)});
+    }
+    expect_values(f(Tensor::scalar(0.0), Tensor::scalar(0.0), Tensor::scalar(0.0), misaligned, misaligned)[0], {18});
+  }
+}
