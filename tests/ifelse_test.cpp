@@ -390,3 +390,25 @@ TEST(IfElse, AGuardReadingAnotherGuardsWorkRunsAfterIt) {
     expect_values(f(Tensor::scalar(0.0), Tensor::scalar(0.0), Tensor::scalar(0.0), misaligned, misaligned)[0], {18});
   }
 }
+
+// A guard tests each side it runs for as deep as its conditions can be read: work that the else
+// side of an ifelse on c reads, both at the top and inside the else side of an ifelse on d, runs
+// only when c is false (it ran whenever d was false, and failed on shapes there).
+TEST(IfElse, AGuardTestsTheConditionsDownToEachSideItRunsFor) {
+  Var s = scalar("s", f64), t = scalar("t", f64), x = matrix("x", f64), y = matrix("y", f64);
+  Var product = dot(x, x);
+  Var c = s > -0.5;
+  Var first = ifelse(c, y, product), second = ifelse(c, y * 2.0, product);
+  auto pair = ifelse(t > 0.5, {second, second}, {first, second});
+  const Tensor misaligned = Tensor::ones({2, 3}, f64);
+  for (const Mode& mode : {Mode::fast_run(), plain_mode()}) {
+    Function f = function({s, t, x, y}, {pair[0], pair[1]}, {.mode = mode, .profile = true});
+    for (double at : {1.0, 0.0}) {
+      const auto out = f(Tensor::scalar(1.0), Tensor::scalar(at), misaligned, misaligned);
+      expect_values(out[0], std::vector<double>(6, at > 0.5 ? 2.0 : 1.0));
+      expect_values(out[1], std::vector<double>(6, 2.0));
+    }
+    EXPECT_EQ(calls_of_ops_named(f, {"dot", "gemm"}), 0) << mode.name();
+    expect_error<ShapeError>([&] { f(Tensor::scalar(-1.0), Tensor::scalar(0.0), misaligned, misaligned); }, {"not aligned"});
+  }
+}

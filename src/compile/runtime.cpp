@@ -23,18 +23,18 @@ namespace {
 // Where each node's value is needed: everywhere, or only when one branch of an ifelse is taken,
 // that is, when every path from the node to the results passes through that branch's values.
 // Branches nest (an ifelse within a branch), so they form a tree; a node belongs to the innermost
-// branch it is exclusive to. A node that sides of several ifelses in one branch read (on different
-// conditions) belongs to a guard: a branch beside those sides, run when any of them is taken
-// (Theano computes such a value on demand). Found in one pass from the results back, each node's
-// place being the nearest branch or guard that holds all of its readers: cost linear in the graph
-// times the nesting depth.
+// branch it is exclusive to. A node that sides of several ifelses read (on different conditions,
+// at any depth below the branch holding them all) belongs to a guard: a branch beside them, run
+// when any of those sides will be taken (Theano computes such a value on demand). Found in one
+// pass from the results back, each node's place being the branch or guard that holds exactly
+// its readers: cost linear in the graph times the nesting depth.
 struct BranchTree {
   static constexpr int kEverywhere = -1;
   struct Branch {
     int parent;  // the branch its ifelse (or the guard) is in
     int depth;
     // A side of an ifelse: taken when `condition` reads as `when`; `other` is the other side. A
-    // guard has no condition: it runs when any of its members (sides in its parent) is taken.
+    // guard has no condition: it runs when any of its members (sides below its parent) is taken.
     const Variable* condition = nullptr;
     bool when = true;
     int other = kEverywhere;
@@ -56,6 +56,10 @@ struct BranchTree {
     while (a != b) a = parent(a), b = parent(b);
     return a;
   }
+  bool within(int b, int ancestor) const {
+    while (depth(b) > depth(ancestor)) b = parent(b);
+    return b == ancestor;
+  }
   // The child of `branch` that holds place b, at any depth (kEverywhere where b is `branch` itself
   // or outside it).
   int child_holding(int b, int branch) const {
@@ -70,45 +74,69 @@ struct BranchTree {
   }
 };
 
-// The branches a node's readers need it in: one (its place), or sides of ifelses in one branch
+// The branches a node's readers need it in, none within another: one (its place), or several
 // (a guard's members), sorted.
 using Demand = SmallVector<int, 2>;
 
-// A guard stands for at most this many sides; a value more sides read runs in their branch.
+// A guard stands for at most this many sides; a value more sides read runs in the branch holding them.
 constexpr size_t kMostGuardMembers = 8;
 
-// The demand of a node that already has `demand` and is also read in `branch`: the branch where
-// both lie, or, where they lie in different sides of ifelses in one branch, those sides (a guard
-// among them stands for its members). Both sides of one ifelse: the node is needed wherever that
-// ifelse runs.
+// The demand of a node that already has `demand` and is also read in `branch`. A branch within
+// another adds nothing; both sides of one ifelse stand for the branch that ifelse is in; a guard
+// (or a branch within one) stands for the sides it runs for.
 void add_reader(Demand& demand, int branch, const BranchTree& tree) {
-  if (demand.empty()) {
-    demand = {branch};
-    return;
-  }
-  int meet = branch;
-  for (int b : demand) meet = tree.common(meet, b);
-  Demand sides;
-  bool whole = false;
-  auto add = [&](int b) {
-    if (b == meet) {
-      whole = true;
+  if (std::find(demand.begin(), demand.end(), branch) == demand.end()) demand.push_back(branch);
+  for (bool changed = true; changed;) {
+    changed = false;
+    if (std::find(demand.begin(), demand.end(), BranchTree::kEverywhere) != demand.end() ||
+        demand.size() > 4 * kMostGuardMembers) {
+      demand = {BranchTree::kEverywhere};
       return;
     }
-    while (tree.parent(b) != meet) b = tree.parent(b);
-    const std::vector<int>& members = tree.branches[static_cast<size_t>(b)].members;
-    for (int m : tree.is_guard(b) ? std::span<const int>(members) : std::span<const int>(&b, 1))
-      if (std::find(sides.begin(), sides.end(), m) == sides.end()) sides.push_back(m);
-  };
-  for (int b : demand) add(b);
-  add(branch);
-  for (int b : sides) whole = whole || std::find(sides.begin(), sides.end(), tree.branches[static_cast<size_t>(b)].other) != sides.end();
-  if (whole || sides.size() > kMostGuardMembers) {
-    demand = {meet};
-    return;
+    Demand outermost;
+    for (int b : demand)
+      if (std::none_of(demand.begin(), demand.end(), [&](int other) { return other != b && tree.within(b, other); }))
+        outermost.push_back(b);
+    demand = outermost;
+    if (demand.size() <= 1) return;
+    int meet = demand[0];
+    for (int b : demand) meet = tree.common(meet, b);
+    Demand sides;
+    auto add = [&](int b) {
+      if (std::find(sides.begin(), sides.end(), b) == sides.end()) sides.push_back(b);
+    };
+    for (int b : demand) {
+      const int child = tree.child_holding(b, meet);
+      if (!tree.is_guard(child)) {
+        add(b);
+        continue;
+      }
+      for (int m : tree.branches[static_cast<size_t>(child)].members) add(m);
+      changed = true;
+    }
+    for (int b : sides) {
+      const int other = tree.branches[static_cast<size_t>(b)].other;
+      if (other == BranchTree::kEverywhere || std::find(sides.begin(), sides.end(), other) == sides.end()) continue;
+      Demand merged{tree.parent(b)};
+      for (int s : sides)
+        if (s != b && s != other) merged.push_back(s);
+      sides = merged;
+      changed = true;
+      break;
+    }
+    demand = sides;
+    if (changed) continue;
+    // Sides of both sides of one ifelse: the guard would run for nearly every way through, and a
+    // branch within it could only stand for all of its sides: the node runs in the branch holding
+    // them, as its readers' branches do.
+    bool both_ways = demand.size() > kMostGuardMembers;
+    for (int b : demand) {
+      const int other = tree.branches[static_cast<size_t>(tree.child_holding(b, meet))].other;
+      both_ways = both_ways || std::any_of(demand.begin(), demand.end(), [&](int c) { return tree.child_holding(c, meet) == other; });
+    }
+    if (both_ways) demand = {meet};
   }
-  std::sort(sides.begin(), sides.end());
-  demand = sides;
+  std::sort(demand.begin(), demand.end());
 }
 
 // The order's nodes carry their positions in it (Node::position).
@@ -125,7 +153,8 @@ BranchTree branch_tree(const std::vector<Node*>& order, const std::vector<Var>& 
   std::map<std::vector<int>, int> guards;  // by parent and members
   auto place_of = [&](const Demand& demand) {
     if (demand.size() == 1) return demand[0];
-    const int parent = tree.parent(demand[0]);
+    int parent = demand[0];
+    for (int b : demand) parent = tree.common(parent, b);
     std::vector<int> key{parent};
     key.insert(key.end(), demand.begin(), demand.end());
     auto [guard, fresh] = guards.try_emplace(std::move(key), static_cast<int>(tree.branches.size()));
@@ -428,9 +457,8 @@ Program emit_program(const SlotNumbering& numbering, const std::vector<Var>& res
     };
     // The work in guards (children of this branch) that an ifelse's sides read and no earlier
     // ifelse did: each guard's part in a block of its own before the ifelse's, jumped into when
-    // any of the guard's sides will be taken, else over. A guard whose condition cannot be read
-    // yet (it reads an ifelse of this block) runs whenever this block does. A guard reading
-    // another's work has fewer sides than it: the guards with more sides go first.
+    // any of the guard's sides will be taken, else over. A guard none of whose conditions can be
+    // read yet (they read an ifelse of this block) runs whenever this block does.
     auto emit_guards_read_by = [&](const Node* n, size_t values) {
       std::vector<Node*> stack, found;
       const int walk = walks++;
@@ -445,31 +473,70 @@ Program emit_program(const SlotNumbering& numbering, const std::vector<Var>& res
         if (tree.is_guard(child) && waiting_in[static_cast<size_t>(x->position)] == call) found.push_back(x);
         for (const Var& v : x->inputs) stack.push_back(v.get()->owner);
       }
-      std::map<std::pair<size_t, int>, std::vector<Node*>, std::greater<>> by_guard;  // most sides first
+      std::map<int, std::vector<Node*>> by_guard;
       for (Node* x : found) {
-        const int g = tree.child_holding(tree.place_of(x), branch);
-        by_guard[{tree.branches[static_cast<size_t>(g)].members.size(), g}].push_back(x);
+        by_guard[tree.child_holding(tree.place_of(x), branch)].push_back(x);
         waiting_in[static_cast<size_t>(x->position)] = -1;
         --waiting;
       }
-      for (auto& [key, nodes] : by_guard) {
-        const int g = key.second;
-        const std::vector<int>& members = tree.branches[static_cast<size_t>(g)].members;
+      // A guard's work may read another's (whose sides include its own): that one goes first.
+      std::vector<int> order_of_guards;
+      while (order_of_guards.size() < by_guard.size()) {
+        const size_t before = order_of_guards.size();
+        for (const auto& [g, nodes] : by_guard) {
+          if (std::find(order_of_guards.begin(), order_of_guards.end(), g) != order_of_guards.end()) continue;
+          bool reads_waiting_guard = false;
+          for (const Node* x : nodes)
+            for (const Var& v : x->inputs) {
+              const Node* y = v.get()->owner;
+              if (!y || emitted[static_cast<size_t>(y->position)]) continue;
+              const int other = tree.child_holding(tree.place_of(y), branch);
+              reads_waiting_guard = reads_waiting_guard || (other != g && by_guard.count(other) &&
+                                                            std::find(order_of_guards.begin(), order_of_guards.end(), other) == order_of_guards.end());
+            }
+          if (!reads_waiting_guard) order_of_guards.push_back(g);
+        }
+        if (order_of_guards.size() == before) throw Error("kiln internal error: the work of two guards reads each other's");
+      }
+      for (int g : order_of_guards) {
+        std::vector<Node*>& nodes = by_guard[g];
         std::sort(nodes.begin(), nodes.end(), by_position);
+        // Each side the guard runs for is taken when the conditions on the way down to it hold:
+        // tested as far down as they can be read here (a condition computed inside a branch
+        // cannot), which may run the work where a deeper condition would not need it.
+        std::vector<std::vector<int>> tests;
         bool always = false;
-        for (int m : members) always = always || !ready(tree.branches[static_cast<size_t>(m)].condition);
-        std::vector<size_t> into;
+        for (int m : tree.branches[static_cast<size_t>(g)].members) {
+          std::vector<int> path;
+          for (int b = m; b != branch; b = tree.parent(b)) path.push_back(b);
+          std::reverse(path.begin(), path.end());
+          std::vector<int> readable;
+          for (int b : path) {
+            if (tree.is_guard(b) || !ready(tree.branches[static_cast<size_t>(b)].condition)) break;
+            readable.push_back(b);
+          }
+          always = always || readable.empty();
+          tests.push_back(std::move(readable));
+        }
+        std::vector<size_t> into, to_next_side;
         if (!always)
-          for (int m : members) {
-            Draft test;
-            test.ins.kind = Instruction::Kind::jump_if;
-            test.ins.when = tree.branches[static_cast<size_t>(m)].when;
-            test.ins.conditional = conditional;
-            test.inputs = {slot(tree.branches[static_cast<size_t>(m)].condition)};
-            into.push_back(code.size());
-            code.push_back(std::move(test));
+          for (const std::vector<int>& test : tests) {
+            for (size_t k : to_next_side) code[k].ins.target = static_cast<int>(code.size());
+            to_next_side.clear();
+            for (size_t j = 0; j < test.size(); ++j) {
+              const BranchTree::Branch& side_branch = tree.branches[static_cast<size_t>(test[j])];
+              const bool last = j + 1 == test.size();
+              Draft check;
+              check.ins.kind = Instruction::Kind::jump_if;
+              check.ins.when = last ? side_branch.when : !side_branch.when;
+              check.ins.conditional = conditional;
+              check.inputs = {slot(side_branch.condition)};
+              (last ? into : to_next_side).push_back(code.size());
+              code.push_back(std::move(check));
+            }
           }
         const size_t over = code.size();
+        for (size_t k : to_next_side) code[k].ins.target = static_cast<int>(over);
         if (!always) {
           Draft jump_over;
           jump_over.ins.kind = Instruction::Kind::jump;
