@@ -412,3 +412,23 @@ TEST(IfElse, AGuardTestsTheConditionsDownToEachSideItRunsFor) {
     expect_error<ShapeError>([&] { f(Tensor::scalar(-1.0), Tensor::scalar(0.0), misaligned, misaligned); }, {"not aligned"});
   }
 }
+
+// Work read inside branches of ifelses that sit in a guard: the guard's own sides and the inner
+// sides together say when it runs (the product below is needed only when c1 is false; it ran
+// when c1 held and c2 did not).
+TEST(IfElse, WorkBelowAGuardRunsOnlyOnTheWaysThatNeedIt) {
+  Var s0 = scalar("s0", f64), s2 = scalar("s2", f64), x = matrix("x", f64), y = matrix("y", f64);
+  Var product = dot(x, x);
+  Var c1 = s0 > -0.5, c2 = s2 > -0.5, c3 = s2 > 0.5;
+  Var n11 = ifelse(c1, y, product);
+  Var n13 = ifelse(c1, y, ifelse(c2, n11, product));
+  auto pair = ifelse(c3, {n13, n13}, {n11, n13});
+  const Tensor misaligned = Tensor::ones({2, 3}, f64), yv = Tensor::full({2, 3}, 7.0, f64);
+  for (const Mode& mode : {Mode::fast_run(), Mode::fast_compile(), plain_mode(), Mode::debug()}) {
+    Function f = function({s0, s2, x, y}, {pair[1]}, {.mode = mode});
+    for (double at : {1.0, 0.0, -1.0}) {
+      expect_values(f(Tensor::scalar(1.0), Tensor::scalar(at), misaligned, yv)[0], std::vector<double>(6, 7.0));
+      expect_error<ShapeError>([&] { f(Tensor::scalar(-1.0), Tensor::scalar(at), misaligned, yv); }, {"not aligned"});
+    }
+  }
+}

@@ -81,54 +81,57 @@ using Demand = SmallVector<int, 2>;
 // A guard stands for at most this many sides; a value more sides read runs in the branch holding them.
 constexpr size_t kMostGuardMembers = 8;
 
+// What a side of an ifelse stands for where an enclosing side already decided its condition the
+// same way (an ifelse on c inside the then side of another on c, as gradients build): its branch,
+// which always takes it. (A side such an enclosing side rules out stays as it is: what it reads
+// must still come before it in the program.)
+int decided(int b, const BranchTree& tree) {
+  while (b != BranchTree::kEverywhere) {
+    const BranchTree::Branch& side = tree.branches[static_cast<size_t>(b)];
+    if (!side.condition) return b;
+    int outer = side.parent;
+    while (outer != BranchTree::kEverywhere && tree.branches[static_cast<size_t>(outer)].condition != side.condition)
+      outer = tree.parent(outer);
+    if (outer == BranchTree::kEverywhere || tree.branches[static_cast<size_t>(outer)].when != side.when) return b;
+    b = side.parent;
+  }
+  return b;
+}
+
 // The demand of a node that already has `demand` and is also read in `branch`. A branch within
-// another adds nothing; both sides of one ifelse stand for the branch that ifelse is in; a guard
-// (or a branch within one) stands for the sides it runs for.
+// another adds nothing; both sides of one ifelse stand for the branch that ifelse is in.
 void add_reader(Demand& demand, int branch, const BranchTree& tree) {
   if (std::find(demand.begin(), demand.end(), branch) == demand.end()) demand.push_back(branch);
   for (bool changed = true; changed;) {
     changed = false;
-    if (std::find(demand.begin(), demand.end(), BranchTree::kEverywhere) != demand.end() ||
-        demand.size() > 4 * kMostGuardMembers) {
+    Demand sides;
+    for (int b : demand)
+      if (const int d = decided(b, tree); std::find(sides.begin(), sides.end(), d) == sides.end()) sides.push_back(d);
+    if (std::find(sides.begin(), sides.end(), BranchTree::kEverywhere) != sides.end()) {
       demand = {BranchTree::kEverywhere};
       return;
     }
-    Demand outermost;
-    for (int b : demand)
-      if (std::none_of(demand.begin(), demand.end(), [&](int other) { return other != b && tree.within(b, other); }))
-        outermost.push_back(b);
-    demand = outermost;
+    demand.clear();
+    for (int b : sides)
+      if (std::none_of(sides.begin(), sides.end(), [&](int other) { return other != b && tree.within(b, other); }))
+        demand.push_back(b);
     if (demand.size() <= 1) return;
-    int meet = demand[0];
-    for (int b : demand) meet = tree.common(meet, b);
-    Demand sides;
-    auto add = [&](int b) {
-      if (std::find(sides.begin(), sides.end(), b) == sides.end()) sides.push_back(b);
-    };
     for (int b : demand) {
-      const int child = tree.child_holding(b, meet);
-      if (!tree.is_guard(child)) {
-        add(b);
-        continue;
-      }
-      for (int m : tree.branches[static_cast<size_t>(child)].members) add(m);
-      changed = true;
-    }
-    for (int b : sides) {
       const int other = tree.branches[static_cast<size_t>(b)].other;
-      if (other == BranchTree::kEverywhere || std::find(sides.begin(), sides.end(), other) == sides.end()) continue;
+      if (other == BranchTree::kEverywhere || std::find(demand.begin(), demand.end(), other) == demand.end()) continue;
       Demand merged{tree.parent(b)};
-      for (int s : sides)
+      for (int s : demand)
         if (s != b && s != other) merged.push_back(s);
-      sides = merged;
+      demand = merged;
       changed = true;
       break;
     }
-    demand = sides;
     if (changed) continue;
-    // Sides of both sides of one ifelse: the guard would run for nearly every way through, and a
-    // branch within it could only stand for all of its sides: the node runs in the branch holding
-    // them, as its readers' branches do.
+    // Sides below both sides of one ifelse: a guard for them would run on nearly every way
+    // through, and the conditions deeper down, which would spare it, are computed inside the
+    // branches; the node runs in the branch holding them, and its own readers' conditions there.
+    int meet = demand[0];
+    for (int b : demand) meet = tree.common(meet, b);
     bool both_ways = demand.size() > kMostGuardMembers;
     for (int b : demand) {
       const int other = tree.branches[static_cast<size_t>(tree.child_holding(b, meet))].other;
@@ -455,6 +458,26 @@ Program emit_program(const SlotNumbering& numbering, const std::vector<Var>& res
       for (Node* x : pulled) emit_node(x, conditional);
       return true;
     };
+    // The ways down from `top` through which branch b is taken, each the sides it passes (a guard
+    // passes through any of its members' ways); one empty way (always) past kMostWays.
+    std::function<std::vector<std::vector<int>>(int, int)> ways_to = [&](int b, int top) {
+      constexpr size_t kMostWays = 16;
+      if (b == top) return std::vector<std::vector<int>>{{}};
+      std::vector<std::vector<int>> ways = ways_to(tree.parent(b), top);
+      if (!tree.is_guard(b)) {
+        for (std::vector<int>& way : ways) way.push_back(b);
+        return ways;
+      }
+      std::vector<std::vector<int>> through;
+      for (int m : tree.branches[static_cast<size_t>(b)].members)
+        for (const std::vector<int>& below : ways_to(m, tree.parent(b)))
+          for (const std::vector<int>& above : ways) {
+            if (through.size() == kMostWays) return std::vector<std::vector<int>>{{}};
+            through.push_back(above);
+            through.back().insert(through.back().end(), below.begin(), below.end());
+          }
+      return through;
+    };
     // The work in guards (children of this branch) that an ifelse's sides read and no earlier
     // ifelse did: each guard's part in a block of its own before the ifelse's, jumped into when
     // any of the guard's sides will be taken, else over. A guard none of whose conditions can be
@@ -501,20 +524,16 @@ Program emit_program(const SlotNumbering& numbering, const std::vector<Var>& res
       for (int g : order_of_guards) {
         std::vector<Node*>& nodes = by_guard[g];
         std::sort(nodes.begin(), nodes.end(), by_position);
-        // Each side the guard runs for is taken when the conditions on the way down to it hold:
-        // tested as far down as they can be read here (a condition computed inside a branch
-        // cannot), which may run the work where a deeper condition would not need it.
+        // Each side the guard runs for is taken when the conditions on the way down to it hold
+        // (through a guard on the way: when one of its own ways holds). A condition that cannot be
+        // read here (computed inside a branch) is left out of its way, which may then run the work
+        // where that condition would not need it.
         std::vector<std::vector<int>> tests;
         bool always = false;
-        for (int m : tree.branches[static_cast<size_t>(g)].members) {
-          std::vector<int> path;
-          for (int b = m; b != branch; b = tree.parent(b)) path.push_back(b);
-          std::reverse(path.begin(), path.end());
+        for (std::vector<int>& way : ways_to(g, branch)) {
           std::vector<int> readable;
-          for (int b : path) {
-            if (tree.is_guard(b) || !ready(tree.branches[static_cast<size_t>(b)].condition)) break;
-            readable.push_back(b);
-          }
+          for (int b : way)
+            if (ready(tree.branches[static_cast<size_t>(b)].condition)) readable.push_back(b);
           always = always || readable.empty();
           tests.push_back(std::move(readable));
         }
