@@ -126,3 +126,12 @@ TEST(Join, EagerTileRepeat) {
   expect_values(tile(v, {2}), {1, 2, 1, 2}, 0);
   expect_values(repeat(v, 2), {1, 1, 2, 2}, 0);
 }
+
+// Repetitions too large for memory are the op's error at the user's line; it named an internal
+// b8 tensor of kiln's own.
+TEST(Join, TileRepeatAndPadTooLargeForMemoryNameTheOpAndTheLine) {
+  Var x = matrix("x", f64);
+  expect_error<MemoryError>([&] { tile(x, {1000000000, 1000000000}); }, {"tile:", "1e+18 elements", "join_test.cpp"});
+  expect_error<MemoryError>([&] { repeat(x, 1000000000000LL, 0); }, {"repeat:", "join_test.cpp"});
+  expect_error<MemoryError>([&] { pad(x, {{1000000000000LL, 0}, {0, 0}}); }, {"pad:", "join_test.cpp"});
+}

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 
 #include "kiln/ops.hpp"
 #include "ops/elemwise.hpp"
@@ -154,9 +155,20 @@ Var stack(const std::vector<Var>& xs, int64_t axis, Loc loc) {
 // so they run, fuse and differentiate (both ways) as those do.
 namespace {
 
-// v broadcast over a constant b8 `like` of this shape (the value of like is never read).
-Var broadcast_over(const Var& v, const Shape& like_shape, const Loc& loc) {
-  return fill_like(constant(Tensor::zeros(like_shape, DType::b8)), v, loc);
+// v broadcast over a constant b8 `like` of this shape (the value of like is never read), for op
+// on x: a shape too large for memory is op's error, at the user's line.
+Var broadcast_over(const Var& v, const Shape& like_shape, const char* op, const Var& x, const Loc& loc) {
+  try {
+    return fill_like(constant(Tensor::zeros(like_shape, DType::b8)), v, loc);
+  } catch (const MemoryError&) {
+    double elements = 1;
+    for (int64_t n : like_shape) elements *= static_cast<double>(n);
+    std::ostringstream count;
+    count.precision(3);
+    count << elements;
+    throw MemoryError(std::string(op) + ": the result for " + x.type().str() + " has at least " + count.str() +
+                      " elements, more than memory can hold (at " + loc_str(loc) + ")");
+  }
 }
 
 // shape_of(x) with axis d multiplied by factor[d].
@@ -183,7 +195,7 @@ Var tile(const Var& x, std::vector<int64_t> reps, Loc loc) {
     pattern.insert(pattern.end(), {-1, d});
     like.insert(like.end(), {reps[static_cast<size_t>(d)], 1});
   }
-  const Var spread = broadcast_over(dimshuffle(v, pattern, loc), like, loc);
+  const Var spread = broadcast_over(dimshuffle(v, pattern, loc), like, "tile", x, loc);
   return reshape(spread, scaled_shape(v, reps, loc), nd, loc);
 }
 
@@ -211,7 +223,7 @@ Var repeat(const Var& x, int64_t repeats, std::optional<int64_t> axis, Loc loc) 
       like.push_back(repeats);
     }
   }
-  const Var spread = broadcast_over(dimshuffle(x, pattern, loc), like, loc);
+  const Var spread = broadcast_over(dimshuffle(x, pattern, loc), like, "repeat", x, loc);
   return reshape(spread, scaled_shape(x, factor, loc), nd, loc);
 }
 
@@ -241,7 +253,7 @@ Var pad(const Var& x, std::vector<std::pair<int64_t, int64_t>> widths, double va
     auto block = [&](int64_t w) {
       Shape like(static_cast<size_t>(nd), 1);
       like[static_cast<size_t>(d)] = w;
-      return cast(broadcast_over(rows, like, loc), x.dtype(), loc);
+      return cast(broadcast_over(rows, like, "pad", x, loc), x.dtype(), loc);
     };
     std::vector<Var> parts;
     if (before > 0) parts.push_back(block(before));
