@@ -645,3 +645,18 @@ TEST(Scan, GradientOfABodyWithAnIfElseInEveryMode) {
   }
   verify_grad(loss, {h0v, wv});
 }
+
+// n_steps beyond what a sequence allows is the loop's error in every mode, also where a rewrite
+// moved the body's work on the sequence out of the loop (it named an internal row_range there).
+TEST(Scan, NStepsBeyondASequenceIsTheLoopsErrorInEveryMode) {
+  Var xs = matrix("xs", f64), w = matrix("w", f64), n = scalar("n", i64), h0 = vector("h0", f64);
+  ScanResult r = scan([&](const std::vector<Var>& a) { return std::vector<Var>{tanh(dot(a[0], w)) + a[1]}; },
+                      {.sequences = {xs}, .outputs_info = {Taps(h0)}, .non_sequences = {w}, .n_steps = n});
+  for (const Mode& mode : {Mode::fast_run(), Mode::fast_compile(), Mode("plain", {})}) {
+    Function f = function({xs, w, n, h0}, {r.outputs[0]}, {.mode = mode});
+    const Tensor seq = Tensor::ones({20, 4}, f64), wv = Tensor::ones({4, 4}, f64), h = Tensor::zeros({4}, f64);
+    expect_error<ShapeError>([&] { f(seq, wv, Tensor::scalar<int64_t>(21), h); }, {"n_steps is 21", "20 steps", "scan_test.cpp"});
+    expect_error<ShapeError>([&] { f(seq, wv, Tensor::scalar<int64_t>(-1), h); }, {"n_steps is -1", "scan_test.cpp"});
+    EXPECT_EQ(f(seq, wv, Tensor::scalar<int64_t>(20), h)[0].shape(), (Shape{20, 4})) << mode.name();
+  }
+}

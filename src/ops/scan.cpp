@@ -248,6 +248,12 @@ std::vector<Type> RowRange::infer_types(const std::vector<Type>& in) const {
 std::vector<Shape> RowRange::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>& values) const {
   if (!values.at(1) || !values.at(2)) throw ShapeError("row_range: the rows are known only at run time");
   const int64_t start = index_value(*values[1]), count = index_value(*values[2]);
+  if (reads_loop_steps_ && count < 0)
+    throw ShapeError("scan: n_steps is " + std::to_string(count) + "; it must be 0 or more");
+  if (reads_loop_steps_ && start + count > in[0][0])
+    throw ShapeError("scan: n_steps is " + std::to_string(count) + " but a sequence of " + std::to_string(in[0][0]) +
+                     " rows allows only " + std::to_string(std::max<int64_t>(in[0][0] - start, 0)) +
+                     " steps (the loop runs to the shortest sequence)");
   if (start < 0 || count < 0 || start + count > in[0][0])
     throw ShapeError("row_range: rows [" + std::to_string(start) + ", " + std::to_string(start + count) + ") of " +
                      shape_str(in[0]) + " do not exist");
@@ -279,8 +285,8 @@ std::vector<Var> PadRows::L_op(const Node& node, const std::vector<Var>& gouts) 
   return {row_range(gouts[0], node.inputs[2], shape_of(g, node.loc)[0], node.loc), Var(), Var()};
 }
 
-Var row_range(const Var& x, const Var& start, const Var& count, const Loc& loc) {
-  return apply1(std::make_shared<RowRange>(), {x, start, count}, loc);
+Var row_range(const Var& x, const Var& start, const Var& count, const Loc& loc, bool reads_loop_steps) {
+  return apply1(std::make_shared<RowRange>(reads_loop_steps), {x, start, count}, loc);
 }
 
 Var pad_rows(const Var& g, const Var& like, const Var& start, const Loc& loc) {

@@ -87,7 +87,10 @@ class Scan final : public Op {
 // that stopped early wrote).
 class RowRange final : public Op {
  public:
-  void params(OpParams&) const override {}
+  // reads_loop_steps: the rows a loop's steps read of a sequence, count being the loop's n_steps:
+  // too few rows is then the loop's error, said in its terms.
+  explicit RowRange(bool reads_loop_steps = false) : reads_loop_steps_(reads_loop_steps) {}
+  void params(OpParams& p) const override { p << reads_loop_steps_; }
   std::string name() const override { return "row_range"; }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
   std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
@@ -95,6 +98,9 @@ class RowRange final : public Op {
   std::vector<std::pair<int, int>> view_map() const override { return {{0, 0}}; }
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
   bool may_fail_on_values() const override { return false; }
+
+ private:
+  bool reads_loop_steps_;
 };
 
 // Its transpose: zeros in the shape of `like`, with g's rows at [start, start + rows of g).
@@ -107,7 +113,7 @@ class PadRows final : public Op {
   std::vector<Var> L_op(const Node& node, const std::vector<Var>& output_grads) const override;
 };
 
-Var row_range(const Var& x, const Var& start, const Var& count, const Loc& loc);
+Var row_range(const Var& x, const Var& start, const Var& count, const Loc& loc, bool reads_loop_steps = false);
 Var pad_rows(const Var& g, const Var& like, const Var& start, const Loc& loc);
 
 // The shapes of a graph's outputs for inputs of these shapes, by each node's shape inference (the

@@ -69,7 +69,7 @@ struct Parts {
   // The rows sequence i's input at tap k reads over the whole loop, one per step.
   Var rows_read(size_t i, size_t k) const {
     const Var start = constant(Tensor::scalar(int64_t{sequences[i].taps[k] - first_tap(i)}));
-    return row_range(sequences[i].outer, start, steps(), loc);
+    return row_range(sequences[i].outer, start, steps(), loc, !steps_from_sequences);
   }
   // Replaces values the body computes (inputs of the body stay).
   void rebuild_body(const std::unordered_map<const Variable*, Var>& replace) {
