@@ -54,8 +54,8 @@ TEST(Errors, GradientAndRewrittenNodesCarryTheUsersLine) {
   Var taken = take(x, idx);  const std::string line = "errors_test.cpp:" + std::to_string(__LINE__);
   Var v = vector("v", f64);
   Function g = function({x, idx, v}, {Lop({taken}, {x}, {v})[0]});  // only gradient nodes run
-  expect_error<ShapeError>([&] { g(Tensor::from({1.0, 2.0}, {2}), Tensor::from(std::vector<int64_t>{1}), Tensor::zeros({3}, f64)); },
-                           {"inc_take", "in the gradient of the node built at " + line});
+  expect_error<Error>([&] { g(Tensor::from({1.0, 2.0}, {2}), Tensor::from(std::vector<int64_t>{5}), Tensor::zeros({1}, f64)); },
+                      {"inc_take", "in the gradient of the node built at " + line});
   const std::string text = g.graph_text();
   EXPECT_NE(text.find(line + " (gradient)"), std::string::npos) << text;
   for (const char* kiln_file : {"elemwise.cpp", "grad.cpp", "subtensor.cpp", "reduce.cpp"})

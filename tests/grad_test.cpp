@@ -59,6 +59,16 @@ TEST(Grad, Lop) {
   expect_error<GradError>([&] { Lop({y}, {x}, {}); }, {"eval points"});
 }
 
+TEST(Grad, LopEvalPointOfAnotherShapeIsTheCallsError) {
+  // Of the right rank but another shape: broadcasting would take it silently (it reported an
+  // internal sum_to_shape); the call names the eval point, both shapes and the user's line.
+  Var x = matrix("x", f64), v = matrix("v", f64);
+  Function f = function({x, v}, {Lop({tanh(x)}, {x}, {v})[0]});
+  expect_error<ShapeError>([&] { f(Tensor::ones({2, 3}, f64), Tensor::ones({1, 3}, f64)); },
+                           {"Lop: eval point 0 (for f[0]) has shape (1,3) but must have shape (2,3)", "grad_test.cpp"});
+  expect_values(f(Tensor::zeros({1, 2}, f64), Tensor::ones({1, 2}, f64))[0], {1, 1});
+}
+
 TEST(Grad, IntegerPathsCarryNoGradient) {
   Var x = vector("x", f64);
   expect_values(eval1({x}, grad(sum(cast(argmax(x), f64) * x), x), {Tensor::from({1.0, 5.0}, {2})}), {1, 1});

@@ -16,9 +16,10 @@ struct GradOptions {
 // Reverse mode. cost must be a 0-d float value. Integer values carry no gradient.
 std::vector<Var> grad(const Var& cost, const std::vector<Var>& wrt, GradOptions options = {});
 Var grad(const Var& cost, const Var& wrt, GradOptions options = {});
-// Vector-Jacobian products: sum over i of eval_points[i]^T d f[i] / d wrt.
+// Vector-Jacobian products: sum over i of eval_points[i]^T d f[i] / d wrt (eval_points[i] has
+// f[i]'s rank and, when it runs, its shape).
 std::vector<Var> Lop(const std::vector<Var>& f, const std::vector<Var>& wrt, const std::vector<Var>& eval_points,
-                     GradOptions options = {});
+                     GradOptions options = {}, Loc loc = Loc::current());
 
 // Forward mode, Jacobian-vector products: sum over j of d f[i] / d wrt[j] . eval_points[j], for
 // each f[i] (eval_points[j] has wrt[j]'s rank and, when it runs, its shape).

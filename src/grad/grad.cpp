@@ -13,6 +13,7 @@
 #include "kiln/grad.hpp"
 #include "kiln/ops.hpp"
 #include "ops/ifelse.hpp"
+#include "ops/shape.hpp"
 #include "ops/stable_forms.hpp"
 
 namespace kiln {
@@ -271,7 +272,7 @@ std::vector<Var> finish(std::vector<Var> grads, const std::vector<Var>& costs, c
 
 // For the ops that differentiate an inner graph (graph/inner_gradient.hpp).
 std::vector<Var> inner_graph_vjp(const std::vector<Var>& f, const std::vector<Var>& wrt, const std::vector<Var>& eval_points) {
-  return Lop(f, wrt, eval_points, {.disconnected_inputs = DisconnectedInputs::zero});
+  return lop_of_own_eval_points(f, wrt, eval_points, {.disconnected_inputs = DisconnectedInputs::zero});
 }
 
 }  // namespace
@@ -294,8 +295,13 @@ std::vector<Var> grad(const Var& cost, const std::vector<Var>& wrt, GradOptions 
 
 Var grad(const Var& cost, const Var& wrt, GradOptions options) { return grad(cost, std::vector<Var>{wrt}, options)[0]; }
 
-std::vector<Var> Lop(const std::vector<Var>& f, const std::vector<Var>& wrt, const std::vector<Var>& eval_points,
-                     GradOptions options) {
+namespace {
+
+// Lop's products; `checked_at`: each eval point's shape checked against its output's when the
+// function runs (the user's eval points; kiln's own have the shape by construction).
+std::vector<Var> vector_jacobian_products(const std::vector<Var>& f, const std::vector<Var>& wrt,
+                                          const std::vector<Var>& eval_points, GradOptions options,
+                                          std::optional<Loc> checked_at) {
   provide_vjp_of_inner_graphs();
   if (f.size() != eval_points.size())
     throw GradError("Lop: " + std::to_string(f.size()) + " outputs but " + std::to_string(eval_points.size()) +
@@ -305,9 +311,26 @@ std::vector<Var> Lop(const std::vector<Var>& f, const std::vector<Var>& wrt, con
     if (f[i].ndim() != eval_points[i].ndim())
       throw GradError("Lop: eval point " + std::to_string(i) + " " + eval_points[i].type().str() +
                       " does not match output " + f[i].type().str());
-    seeds.push_back({f[i], cast(eval_points[i], f[i].dtype())});
+    Var seed = cast(eval_points[i], f[i].dtype());
+    // Broadcasting would take an eval point of another shape silently: it must have f[i]'s own.
+    if (checked_at)
+      seed = shaped_as(seed, shape_of(f[i], *checked_at), "Lop: eval point " + std::to_string(i) + " (for f[" + std::to_string(i) + "])",
+                       *checked_at);
+    seeds.push_back({f[i], seed});
   }
   return finish(backprop(seeds, wrt), f, wrt, options, "Lop");
+}
+
+}  // namespace
+
+std::vector<Var> Lop(const std::vector<Var>& f, const std::vector<Var>& wrt, const std::vector<Var>& eval_points,
+                     GradOptions options, Loc loc) {
+  return vector_jacobian_products(f, wrt, eval_points, options, loc);
+}
+
+std::vector<Var> lop_of_own_eval_points(const std::vector<Var>& f, const std::vector<Var>& wrt,
+                                        const std::vector<Var>& eval_points, GradOptions options) {
+  return vector_jacobian_products(f, wrt, eval_points, options, std::nullopt);
 }
 
 }  // namespace kiln

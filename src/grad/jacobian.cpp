@@ -1,6 +1,7 @@
 // Full derivatives built from the vector-Jacobian product: one row per step of a loop, so the
 // graph does not grow with the output's length, or every row at once by vectorizing that product
 // over the rows of the identity.
+#include "grad/backprop.hpp"
 #include "grad/vectorize.hpp"
 #include "graph/node.hpp"
 #include "kiln/grad.hpp"
@@ -28,7 +29,7 @@ Var rows_by_scan(const Var& flat, const Var& x, GradOptions options, const Loc& 
 // the rows of the identity, whose size is known only when the function runs.
 Var rows_by_batch(const Var& flat, const Var& x, GradOptions options, const Loc& loc) {
   const Var cotangent = tensor(flat.dtype(), flat.type().broadcastable, "cotangent");
-  const Var product = Lop({flat}, {x}, {cotangent}, options)[0];
+  const Var product = lop_of_own_eval_points({flat}, {x}, {cotangent}, options)[0];
   const Var ones = ones_like(flat, loc);
   const Var index = cumsum(cast(ones, DType::i64, loc), std::nullopt, loc);
   const Var identity =

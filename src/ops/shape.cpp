@@ -188,7 +188,7 @@ class ShapedLikeKernel final : public KernelOf<ShapedLike> {
  public:
   using KernelOf::KernelOf;
   void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
-    op().infer_shapes({in[0].shape(), in[1].shape()}, {});
+    op().check(in[0].shape(), in[1]);
     set_view(out[0], in[0], in[0].shape(), in[0].strides(), in[0].offset());
   }
 };
@@ -229,13 +229,33 @@ void add_shape_kernels(KernelTable& table) {
 }
 
 std::vector<Type> ShapedLike::infer_types(const std::vector<Type>& in) const {
-  if (in[0].ndim() != in[1].ndim())
+  if (like_is_shape_) {
+    if (in[1].dtype != DType::i64 || in[1].ndim() != 1)
+      throw TypeError("shaped_like: the shape of " + what_ + " must be a 1-D i64 vector, not " + in[1].str());
+  } else if (in[0].ndim() != in[1].ndim()) {
     throw TypeError(what_ + " is " + in[0].str() + " but must have the rank of " + in[1].str());
+  }
   return {in[0]};
 }
 
-std::vector<Shape> ShapedLike::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>&) const {
-  if (in[0] != in[1]) throw ShapeError(what_ + " has shape " + shape_str(in[0]) + " but must have shape " + shape_str(in[1]));
+void ShapedLike::check(const Shape& x, const Tensor& like) const {
+  if (!like_is_shape_) {
+    if (x != like.shape()) throw ShapeError(what_ + " has shape " + shape_str(x) + " but must have shape " + shape_str(like.shape()));
+    return;
+  }
+  const int64_t* dims = like.data<int64_t>();
+  const int64_t stride = like.strides()[0];
+  bool same = static_cast<int64_t>(x.size()) == like.numel();
+  for (size_t d = 0; same && d < x.size(); ++d) same = x[d] == dims[static_cast<int64_t>(d) * stride];
+  if (!same) throw ShapeError(what_ + " has shape " + shape_str(x) + " but must have shape " + shape_str(like.to_vector<int64_t>()));
+}
+
+std::vector<Shape> ShapedLike::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>& values) const {
+  if (!like_is_shape_) {
+    if (in[0] != in[1]) throw ShapeError(what_ + " has shape " + shape_str(in[0]) + " but must have shape " + shape_str(in[1]));
+  } else if (values.size() > 1 && values[1]) {
+    check(in[0], *values[1]);
+  }
   return {in[0]};
 }
 
@@ -247,7 +267,11 @@ std::vector<bool> value_inputs(const Node& n) {
 }
 
 Var shaped_like(const Var& x, const Var& like, const std::string& what, const Loc& loc) {
-  return apply1(std::make_shared<ShapedLike>(what), {x, like}, loc);
+  return apply1(std::make_shared<ShapedLike>(what, false), {x, like}, loc);
+}
+
+Var shaped_as(const Var& x, const Var& shape, const std::string& what, const Loc& loc) {
+  return apply1(std::make_shared<ShapedLike>(what, true), {x, shape}, loc);
 }
 
 Var pad_left(const Var& v, int64_t ndim, const Loc& loc) {

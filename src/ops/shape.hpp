@@ -53,26 +53,41 @@ class Reshape final : public Op {
   bool target_is_input_;
 };
 
-// x, checked to have the shape of `like` (read for its shape alone): a ShapeError naming `what`
-// when they differ. Planning hands x on, so it costs nothing; it guards values that must match
-// another's shape where broadcasting would silently accept them (Rop's eval points).
+// x, checked to have the shape of `like` (read for its shape alone), or, with like_is_shape, the
+// shape that `like`, a 1-D i64 shape vector, holds: a ShapeError naming `what` when they differ.
+// Planning hands x on, so it costs nothing; it guards values that must match another's shape where
+// broadcasting would silently accept them (Rop's eval points against their wrt; Lop's against
+// shape_of(f), which the shape rewrites resolve without computing f).
 class ShapedLike final : public Op {
  public:
-  explicit ShapedLike(std::string what) : what_(std::move(what)) {}
-  void params(OpParams& out) const override { out << std::vector<char>(what_.begin(), what_.end()); }
+  ShapedLike(std::string what, bool like_is_shape) : what_(std::move(what)), like_is_shape_(like_is_shape) {}
+  void params(OpParams& out) const override { out << std::vector<char>(what_.begin(), what_.end()) << like_is_shape_; }
   std::string name() const override { return "shaped_like"; }
   std::vector<Type> infer_types(const std::vector<Type>& inputs) const override;
-  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>&) const override;
+  std::vector<Shape> infer_shapes(const std::vector<Shape>& inputs, const std::vector<const Tensor*>& values) const override;
   std::vector<Var> L_op(const Node&, const std::vector<Var>& output_grads) const override { return {output_grads[0], Var()}; }
   std::vector<std::pair<int, int>> view_map() const override { return {{0, 0}}; }
-  std::vector<int> shape_only_inputs() const override { return {1}; }
+  std::vector<int> shape_only_inputs() const override {
+    if (like_is_shape_) return {};
+    return {1};
+  }
+  std::vector<int> needs_input_values() const override {
+    if (like_is_shape_) return {1};
+    return {};
+  }
   std::optional<int> forwards_input(const std::vector<Shape>&, const std::vector<Shape>&) const override { return 0; }
   bool may_fail_on_values() const override { return false; }
+  // The ShapeError when x's shape is not the required one.
+  // The ShapeError when a value of shape x does not have like's shape (or the shape like holds).
+  void check(const Shape& x, const Tensor& like) const;
 
  private:
   std::string what_;
+  bool like_is_shape_;
 };
 Var shaped_like(const Var& x, const Var& like, const std::string& what, const Loc& loc);
+// x, checked to have the shape that the 1-D i64 vector `shape` holds.
+Var shaped_as(const Var& x, const Var& shape, const std::string& what, const Loc& loc);
 
 class ShapeOf final : public Op {
  public:
