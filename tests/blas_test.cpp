@@ -73,6 +73,23 @@ TEST(Blas, MatmulBatchedWithBroadcast) {
   verify_grad([](std::vector<Var> x) { return matmul(x[0], x[1]); }, {av, random_tensor({4}, f64, -1, 1, 7)});
 }
 
+TEST(Blas, MatmulWithAnEmptyBatchAxisIsEmpty) {
+  // A batch axis of 0 against 1 broadcasts to 0, as NumPy's (it came out 1 and read past an empty
+  // operand); the gradient of the other operand is then zero.
+  Var a = tensor3("a", f64), b = matrix("b", f64);
+  Var c = matmul(a, b);
+  for (Mode mode : {Mode::fast_run(), Mode::fast_compile()}) {
+    Function f = function({a, b}, {c, grad(sum(c), b)}, {.mode = mode});
+    const Tensor full = Tensor::ones({5, 2, 3}, f64);
+    const std::vector<Tensor> r = f(full.view({0, 2, 3}, {6, 3, 1}, 0), Tensor::ones({3, 4}, f64));
+    EXPECT_EQ(r[0].shape(), (Shape{0, 2, 4}));
+    expect_values(r[1], std::vector<double>(12, 0.0));
+  }
+  EXPECT_EQ(matmul(Tensor::zeros({0, 2, 3}, f64), Tensor::ones({3, 4}, f64)).shape(), (Shape{0, 2, 4}));
+  EXPECT_EQ(matmul(Tensor::zeros({2, 1, 2, 3}, f64), Tensor::ones({0, 3, 4}, f64)).shape(), (Shape{2, 0, 2, 4}));
+  EXPECT_EQ(matmul(Tensor::zeros({3}, f64), Tensor::ones({0, 3, 4}, f64)).shape(), (Shape{0, 4}));
+}
+
 TEST(Blas, ShapeAndTypeErrors) {
   Var a = matrix("a"), b = matrix("b");
   Function f = function({a, b}, {dot(a, b)});

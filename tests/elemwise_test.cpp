@@ -237,6 +237,24 @@ TEST(Elemwise, CastGradient) {
 // Issue 9, item 8: sign and abs of b8 had no kernel (inside a fused loop on two threads the error
 // aborted the process). b8 follows NumPy: abs keeps b8, arithmetic (sign included) counts it as an
 // integer, comparisons order false before true. No op is accepted for a dtype it has no kernel for.
+TEST(Elemwise, ReluOfNaNIsNaNAsMaximum) {
+  // relu(x) is maximum(x, 0): NaN stays NaN (it gave 0), in the interpreter and in machine code.
+  Var x = vector("x", f32), d = vector("d", f64);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (Mode mode : {Mode::fast_run(), plain_mode()}) {
+    Function f = function({x, d}, {relu(x), relu(x * 2.0f) + 1.0f, relu(d)}, {.mode = mode});
+    const std::vector<Tensor> r = f(Tensor::from<float>({nan, -1, 2, -0.0f}), Tensor::from<double>({std::nan(""), -3, 4}));
+    const std::vector<float> a = r[0].to_vector<float>(), b = r[1].to_vector<float>();
+    const std::vector<double> c = r[2].to_vector<double>();
+    EXPECT_TRUE(std::isnan(a[0]) && std::isnan(b[0]) && std::isnan(c[0])) << mode.name();
+    EXPECT_EQ(a[1], 0.0f);
+    EXPECT_EQ(a[2], 2.0f);
+    EXPECT_EQ(b[2], 5.0f);
+    EXPECT_EQ(c[1], 0.0);
+  }
+  EXPECT_TRUE(std::isnan(relu(Tensor::from<float>({nan})).item<float>()));
+}
+
 TEST(Elemwise, BoolOperandsFollowNumPy) {
   ThreadsForScope two_threads(2);
   Var b = vector("b", b8), c = vector("c", b8);

@@ -75,6 +75,23 @@ TEST(Subtensor, SetAndIncSubtensor) {
   expect_error<TypeError>([&] { set_subtensor(x * 2.0, v); }, {"set_subtensor", "indexing result"});
 }
 
+TEST(Subtensor, IncrementsOfAHigherKindAreRefusedAsNumPy) {
+  // x[0:2] += 1.5 on integers: NumPy refuses it (same_kind); kiln cut 1.5 to 1 before adding.
+  Var x = vector("x", i32), f = vector("f", f64);
+  expect_error<TypeError>([&] { inc_subtensor(slice(x, 0, 0, 2), 1.5); },
+                          {"inc_subtensor", "f64", "i32", "same_kind", "cast(v, i32)", "subtensor_test.cpp"});
+  expect_error<TypeError>([&] { inc_subtensor(take(x, constant(Tensor::from<int64_t>({0, 0}))), f); }, {"inc_subtensor", "same_kind"});
+  expect_error<TypeError>([&] { inc_subtensor(vector("b", b8)[0], 2.0); }, {"inc_subtensor", "b8"});
+  // A bare number the target holds exactly is taken (x[0:2] += 2), and set_subtensor casts as
+  // NumPy's assignment does.
+  Function g = function({x}, {inc_subtensor(slice(x, 0, 0, 2), 2.0), set_subtensor(slice(x, 0, 0, 2), 1.5),
+                              inc_subtensor(take(x, constant(Tensor::from<int64_t>({0, 0}))), 3.0)});
+  const std::vector<Tensor> r = g(Tensor::from<int32_t>({-6, 2, 5}));
+  EXPECT_EQ(r[0].to_vector<int32_t>(), (std::vector<int32_t>{-4, 4, 5}));
+  EXPECT_EQ(r[1].to_vector<int32_t>(), (std::vector<int32_t>{1, 1, 5}));
+  EXPECT_EQ(r[2].to_vector<int32_t>(), (std::vector<int32_t>{0, 2, 5}));
+}
+
 TEST(Subtensor, Gradients) {
   for (DType dt : {f64, f32}) {
     Tensor x = random_tensor({4, 5}, dt);

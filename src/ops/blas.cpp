@@ -460,7 +460,7 @@ std::vector<Shape> BatchedMatmul::infer_shapes(const std::vector<Shape>& in, con
   for (size_t d = 0; d + 2 < nd; ++d) {
     if (a[d] != b[d] && a[d] != 1 && b[d] != 1)
       throw ShapeError("matmul: batch dimensions of " + shape_str(a) + " and " + shape_str(b) + " cannot be broadcast");
-    out.push_back(std::max(a[d], b[d]));
+    out.push_back(a[d] == 1 ? b[d] : a[d]);  // NumPy: 1 against 0 is 0
   }
   out.push_back(a[nd - 2]);
   out.push_back(b[nd - 1]);

@@ -238,7 +238,9 @@ class ProgramEmitter : public Xbyak::CodeGenerator {
         return select(d, a[0], a[0], kUnordered, a[0]);
       case ScalarOp::neg: return fxor(d, a[0], sign_bit());
       case ScalarOp::sqr: return fmul(d, a[0], a[0]);
-      case ScalarOp::relu: return fmax(d, a[0], constant(0.0));  // x > 0 ? x : 0
+      case ScalarOp::relu:  // x > 0 || x != x ? x : 0
+        fmax(d, a[0], constant(0.0));
+        return select(d, a[0], a[0], kUnordered, a[0]);
       case ScalarOp::abs:  // x < 0 ? -x : x
         fxor(d, a[0], sign_bit());
         if (isa_ == Isa::avx512) {

@@ -86,7 +86,7 @@ template <class T, class Body> bool visit_unary(ScalarOp op, Body&& body) {
     switch (op) {
       case ScalarOp::neg: body([](T x) { return wrapping_neg(x); }, false); return true;
       case ScalarOp::sqr: body([](T x) { return wrapping_mul(x, x); }, false); return true;
-      case ScalarOp::relu: body([](T x) { return x > T(0) ? x : T(0); }, false); return true;
+      case ScalarOp::relu: body([](T x) { return x > T(0) || x != x ? x : T(0); }, false); return true;  // max(x, 0): NaN stays
       case ScalarOp::abs: body([](T x) { return x < T(0) ? wrapping_neg(x) : x; }, false); return true;
       case ScalarOp::sign: body([](T x) { return x != x ? x : static_cast<T>((T(0) < x) - (x < T(0))); }, false); return true;  // NaN as NumPy
       default: break;

@@ -1,6 +1,7 @@
 #include "ops/subtensor.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "kiln/ops.hpp"
@@ -662,10 +663,29 @@ Var Var::operator[](const VarIndex& index) const {
 }
 
 namespace {
+// A constant every value of which the dtype holds exactly.
+bool exactly_in(const Var& value, DType dtype) {
+  const std::optional<Tensor>& c = value.get()->constant;
+  if (!c) return false;
+  const double low = dtype == DType::b8 ? 0 : dtype == DType::i32 ? -2147483648.0 : -9223372036854775808.0;
+  const double above = dtype == DType::b8 ? 2 : dtype == DType::i32 ? 2147483648.0 : 9223372036854775808.0;
+  for (double v : c->to_vector<double>())
+    if (v != std::trunc(v) || v < low || v >= above) return false;  // NaN fails the first test
+  return true;
+}
+
 Var update_subtensor(const Var& sub, const Var& value, bool set, const Loc& loc) {
   const char* what = set ? "set_subtensor" : "inc_subtensor";
   const Node* n = sub.defined() ? sub.get()->owner : nullptr;
   if (n) {
+    // NumPy's same_kind rule for x[i] += v: an increment of a higher kind (float into integer,
+    // number into boolean) would be cut before it is added; a bare number that converts exactly
+    // is taken.
+    auto kind = [](DType d) { return d == DType::b8 ? 0 : is_integer(d) ? 1 : 2; };
+    if (!set && value.defined() && kind(value.dtype()) > kind(sub.dtype()) && !exactly_in(value, sub.dtype()))
+      throw TypeError(std::string(what) + ": cannot add " + value.type().str() + " increments to " + sub.type().str() +
+                      " values without cutting them (NumPy's same_kind rule); cast the increment with cast(v, " +
+                      dtype_name(sub.dtype()) + ") or the values first (at " + loc_str(loc) + ")");
     Var v = cast(value, sub.dtype(), loc);
     if (auto st = dynamic_cast<const Subtensor*>(n->op.get()))
       return apply1(std::make_shared<IncSubtensor>(st->entries(), set), {n->inputs[0], v}, loc);
