@@ -43,8 +43,16 @@ TEST(Canonicalize, FlattensChains) {
   Var a = vector("a", f64), b = vector("b", f64), c = vector("c", f64), d = vector("d", f64);
   Function f = compare_with_plain({a, b, c, d}, ((a + b) + c) + d, {random_tensor({3}), random_tensor({3}, f64, -1, 1, 2), random_tensor({3}, f64, -1, 1, 3), random_tensor({3}, f64, -1, 1, 4)});
   EXPECT_EQ(count_op(f, "add"), 1);
-  Function g = compare_with_plain({a, b, c}, a * (b * c), {random_tensor({3}), random_tensor({3}, f64, -1, 1, 2), random_tensor({3}, f64, -1, 1, 3)});
+  Function g = compare_with_plain({a, b, c}, (a * b) * c, {random_tensor({3}), random_tensor({3}, f64, -1, 1, 2), random_tensor({3}, f64, -1, 1, 3)});
   EXPECT_EQ(count_op(g, "mul"), 1);
+  // a + (b + c) is not reassociated: it rounds otherwise (it became add(a, b, c), whose 0 here
+  // also flipped a comparison that debug mode then reported as merge's).
+  const std::vector<Tensor> values{Tensor::from({1.0}, {1}), Tensor::from({1e16}, {1}), Tensor::from({-1e16}, {1})};
+  for (Mode mode : {Mode::fast_run(), Mode::debug()}) {
+    expect_values(function({a, b, c}, {a + (b + c)}, {.mode = mode})(values)[0], {1});
+    expect_values(function({a, b, c}, {a * (b * c)}, {.mode = mode})(Tensor::from({1e300}, {1}), Tensor::from({1e300}, {1}),
+                                                                      Tensor::from({1e-300}, {1}))[0], {1e300});
+  }
   // A partial result read elsewhere is not flattened away.
   Var ab = a + b;
   Function h = function({a, b, c}, {ab + c, exp(ab)});

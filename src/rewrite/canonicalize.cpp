@@ -71,22 +71,17 @@ std::vector<Var> double_negation(FunctionGraph&, Node& n) {
   return inner ? std::vector<Var>{(*inner)[0]} : std::vector<Var>{};
 }
 
-// (a + b) + c -> add(a, b, c), likewise mul, when the inner result has no other reader
+// (a + b) + c -> add(a, b, c), likewise mul, when the inner result has no other reader. Only the
+// first operand is opened: a variadic op computes from left to right, so the rounding is the same;
+// a + (b + c) is another sum in floating point (1 + (1e16 - 1e16) is 1, (1 + 1e16) - 1e16 is 0).
 std::vector<Var> flatten_chain(FunctionGraph& graph, Node& n) {
   const ScalarOp op = elemwise(n).scalar_op();
   if (!is_variadic(op)) return {};
-  std::vector<Var> flat;
-  bool changed = false;
-  for (const Var& in : n.inputs) {
-    auto inner = match(in, op);
-    if (inner && pattern::live_clients(graph, in) == 1 && in.type() == out0(n).type()) {
-      flat.insert(flat.end(), inner->begin(), inner->end());
-      changed = true;
-    } else {
-      flat.push_back(in);
-    }
-  }
-  if (!changed) return {};
+  const Var& first = n.inputs[0];
+  auto inner = match(first, op);
+  if (!inner || pattern::live_clients(graph, first) != 1 || first.type() != out0(n).type()) return {};
+  std::vector<Var> flat = *inner;
+  flat.insert(flat.end(), n.inputs.begin() + 1, n.inputs.end());
   return {apply1(std::make_shared<Elemwise>(op, DType::f32, static_cast<int>(flat.size())), flat, n.loc)};
 }
 
