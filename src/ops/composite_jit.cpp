@@ -127,28 +127,22 @@ class ProgramEmitter : public Xbyak::CodeGenerator {
     }
   }
 
-  // fastmath::exp_f32, operation for operation; d and x differ.
-  void emit_exp(const Xmm& d, const Xmm& x) {
-    constexpr float kLogMax = 88.72283905f, kLogMin = -87.33654475f;
-    const Xmm c = temp(), n = temp(), r = temp(), u = temp();
-    vmaxps(c, x, constant(kLogMin));  // NaN gives kLogMin here; the result is x then (below)
-    vminps(c, c, constant(kLogMax));
-    vmulps(n, c, constant(1.44269504088896341f));
-    vaddps(n, n, constant(12582912.0f));
+  // fastmath::exp_f32_in_range, operation for operation (fused multiply-adds where it has
+  // std::fma); d and v differ.
+  void emit_exp_in_range(const Xmm& d, const Xmm& v) {
+    const Xmm n = temp(), r = temp(), u = temp();
+    vmovups(n, constant(12582912.0f));
+    vfmadd231ps(n, v, constant(1.44269504088896341f));
     vsubps(n, n, constant(12582912.0f));
-    vmulps(u, n, constant(0.693359375f));
-    vsubps(r, c, u);
-    vmulps(u, n, constant(2.12194440e-4f));
-    vaddps(r, r, u);
-    vmovups(c, constant(1.9875691500e-4f));
-    for (float coefficient : {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f}) {
-      vmulps(c, c, r);
-      vaddps(c, c, constant(coefficient));
-    }
-    vmulps(c, c, r);
-    vmulps(c, c, r);
-    vaddps(c, c, r);
-    vaddps(c, c, constant(1.0f));
+    copy(r, v);
+    vfnmadd231ps(r, n, constant(0.693359375f));
+    vfmadd231ps(r, n, constant(2.12194440e-4f));
+    vmovups(d, constant(1.9875691500e-4f));
+    for (float coefficient : {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f})
+      vfmadd213ps(d, r, constant(coefficient));
+    vmulps(d, d, r);
+    vfmadd213ps(d, r, r);
+    vaddps(d, d, constant(1.0f));
     vcvttps2dq(n, n);
     vpsrad(u, n, 1);
     vpsubd(n, n, u);
@@ -156,9 +150,19 @@ class ProgramEmitter : public Xbyak::CodeGenerator {
     vpslld(u, u, 23);
     vpaddd(n, n, int32_constant(127));
     vpslld(n, n, 23);
-    vmulps(d, c, u);
+    vmulps(d, d, u);
     vmulps(d, d, n);
-    release(c), release(n), release(r), release(u);
+    release(n), release(r), release(u);
+  }
+
+  // fastmath::exp_f32; d and x differ.
+  void emit_exp(const Xmm& d, const Xmm& x) {
+    constexpr float kLogMax = 88.72283905f, kLogMin = -87.33654475f;
+    const Xmm c = temp();
+    vmaxps(c, x, constant(kLogMin));  // NaN gives kLogMin here; the result is x then (below)
+    vminps(c, c, constant(kLogMax));
+    emit_exp_in_range(d, c);
+    release(c);
     select(d, x, constant(kLogMax), kGreater, constant(std::numeric_limits<float>::infinity()));
     select(d, x, constant(kLogMin), kLess, constant(0.0f));
     select(d, x, x, kUnordered, x);
@@ -169,23 +173,16 @@ class ProgramEmitter : public Xbyak::CodeGenerator {
     const Xmm ax = temp(), z = temp(), small = temp();
     fand(ax, x, magnitude_bits());
     vmulps(z, x, x);
-    vmulps(small, z, constant(-5.70498872745e-3f));
-    vaddps(small, small, constant(2.06390887954e-2f));
+    vmovups(small, constant(-5.70498872745e-3f));
+    for (float coefficient : {2.06390887954e-2f, -5.37397155531e-2f, 1.33314422036e-1f, -3.33332819422e-1f})
+      vfmadd213ps(small, z, constant(coefficient));
     vmulps(small, small, z);
-    vsubps(small, small, constant(5.37397155531e-2f));
-    vmulps(small, small, z);
-    vaddps(small, small, constant(1.33314422036e-1f));
-    vmulps(small, small, z);
-    vsubps(small, small, constant(3.33332819422e-1f));
-    vmulps(small, small, z);
-    vmulps(small, small, x);
-    vaddps(small, small, x);
+    vfmadd213ps(small, x, x);
     release(z);
     const Xmm m = temp(), e = temp();
-    vmovups(m, constant(20.0f));
-    vminps(m, m, ax);  // 20 < ax ? 20 : ax, as std::min(ax, 20.0f) (NaN stays NaN)
+    vminps(m, ax, constant(20.0f));  // ax < 20 ? ax : 20
     vmulps(m, m, constant(2.0f));
-    emit_exp(e, m);
+    emit_exp_in_range(e, m);
     vaddps(e, e, constant(1.0f));
     vmovups(m, constant(2.0f));
     vdivps(m, m, e);
@@ -198,6 +195,7 @@ class ProgramEmitter : public Xbyak::CodeGenerator {
     release(e);
     select(d, ax, constant(0.625f), kLess, small);
     release(ax), release(small);
+    select(d, x, x, kUnordered, x);
   }
 
   // fastmath::sigmoid_f32: 1 / (1 + exp(-x)).
