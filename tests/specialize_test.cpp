@@ -106,3 +106,32 @@ TEST(Specialize, UpdatesFromZerosSumIntoTheWeight) {
   EXPECT_EQ(count_op(f, "gemm"), 1);
   EXPECT_EQ(count_op(f, "inc_take"), 1);
 }
+
+TEST(Specialize, ProductsAndUpdatesKeepANonFiniteScale) {
+  // Found by the rewrite fuzzer: with no terms to sum (k = 0) the gemm made of c + s * dot(a, b)
+  // left c as it was where s * 0 is NaN (s NaN or infinite); and summing a lookup's gradient into
+  // W left the rows it does not reach as they were, where a NaN rate makes every row NaN.
+  Var a = matrix("a"), b = matrix("b"), c = matrix("c"), s = scalar("s");
+  const std::vector<Tensor> empty_product{Tensor::zeros({2, 0}), Tensor::zeros({0, 2}), Tensor::ones({2, 2})};
+  for (Var y : {c + s * dot(a, b), c - s * (zeros_like(c) + dot(a, b))}) {
+    Function f = function({a, b, c, s}, {y});
+    for (float scale : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+      std::vector<Tensor> args = empty_product;
+      args.push_back(Tensor::scalar<float>(scale));
+      for (float v : f(args)[0].to_vector<float>()) EXPECT_TRUE(std::isnan(v)) << scale << "\n" << f.graph_text();
+    }
+    std::vector<Tensor> args = empty_product;
+    args.push_back(Tensor::scalar<float>(2));
+    expect_values(f(args)[0], {1, 1, 1, 1});
+  }
+  Var W = matrix("W"), i = vector("i", i64), g = matrix("g"), lr = scalar("lr");
+  Function step = function({W, i, g, lr}, {W - lr * grad(sum(take(W, i) * g), W)});
+  const std::vector<float> stepped =
+      step(Tensor::ones({3, 1}), Tensor::from(std::vector<int64_t>{0, 0}), Tensor::ones({2, 1}),
+           Tensor::scalar<float>(std::numeric_limits<float>::quiet_NaN()))[0].to_vector<float>();
+  for (float v : stepped) EXPECT_TRUE(std::isnan(v));
+  // A finite rate still sums into W.
+  Function constant_rate = function({W, i, g}, {W - 0.5 * grad(sum(take(W, i) * g), W)});
+  EXPECT_EQ(count_op(constant_rate, "sub"), 0) << constant_rate.graph_text();
+  expect_values(constant_rate(Tensor::ones({3, 1}), Tensor::from(std::vector<int64_t>{0, 0}), Tensor::ones({2, 1}))[0], {0, 1, 1});
+}

@@ -326,8 +326,9 @@ void gemm_typed(int64_t m, int64_t n, int64_t k, T alpha, const MatrixView& a, c
                 int64_t ldc, std::span<std::byte> scratch) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
+    const T product = alpha * T(0);  // alpha times an empty sum: NaN where alpha is not finite
     for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = (beta == T(0) ? T(0) : beta * c[i * ldc + j]) + product;
     return;
   }
   const T* ad = reinterpret_cast<const T*>(a.data);

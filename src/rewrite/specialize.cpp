@@ -1,4 +1,5 @@
 // specialize: replace general patterns by the special ops that compute them in one step.
+#include <cmath>
 #include <functional>
 
 #include "kiln/ops.hpp"
@@ -67,6 +68,15 @@ std::vector<Var> gemm_from_sum(FunctionGraph& graph, Node& n) {
   return {};
 }
 
+// A constant whose every value is finite.
+bool finite_constant(const Var& v) {
+  const std::optional<Tensor>& c = v.get()->constant;
+  if (!c) return false;
+  for (double x : c->to_vector<double>())
+    if (!std::isfinite(x)) return false;
+  return true;
+}
+
 // c - alpha * u, where u sums into zeros shaped like c (u = gemm(fill(c, 0), a, b, s, t) or
 // inc_take(fill(c, 0), v, i)) -> the same sum into c itself, one op that may write in place: the
 // SGD update of a weight whose gradient a loop's accumulation summed from zeros.
@@ -80,6 +90,9 @@ std::vector<Var> update_from_zeros(FunctionGraph& graph, Node& n) {
     return v.dtype() == c.dtype() && zeros && zeros->same(c);
   });
   if (!term) return {};
+  // Summed into c, the rows inc_take does not reach no longer see alpha * 0: only a finite alpha
+  // leaves them as they were (a NaN or infinite one made them NaN).
+  if (op_of<TakeInc>(term->value) && !finite_constant(term->alpha)) return {};
   const Node& sum = *term->value.get()->owner;
   const Var minus_alpha = cast(-term->alpha, c.dtype(), n.loc);
   if (op_of<Gemm>(term->value))
