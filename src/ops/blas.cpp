@@ -152,8 +152,25 @@ void gemm_dots(const T* a_rows, int64_t i0, int64_t n, int64_t k, T alpha, const
   }
 }
 
+// C = alpha op(A) B + beta C for B stored transposed (n x k) with n <= NC: B^T packed into panel
+// (k x NC, zeros past n), then row blocks of four and single rows as for B stored as is.
+template <class T, int64_t NC>
+void packed_transposed_rows(bool ta, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
+                            int64_t ldb, T beta, T* c, int64_t ldc, T* panel) {
+  for (int64_t p = 0; p < k; ++p)
+    for (int64_t j = 0; j < NC; ++j) panel[p * NC + j] = j < n ? b[j * ldb + p] : T(0);
+  const int64_t row_step = ta ? 1 : lda, depth_step = ta ? lda : 1;
+  int64_t i0 = 0;
+  for (; i0 + 4 <= m; i0 += 4) {
+    const T* a_rows = a + i0 * row_step;
+    auto a_row = [&](int64_t r, int64_t p) { return a_rows[r * row_step + p * depth_step]; };
+    row_block<T, 4, NC>(k, a_row, panel, NC, c + i0 * ldc, ldc, n, alpha, beta);
+  }
+  for (; i0 < m; ++i0) gemv_rows(n, k, alpha, a + i0 * row_step, depth_step, panel, NC, beta, c + i0 * ldc);
+}
+
 // The elements of scratch small_gemm needs for a depth of k: B's last column panel (k x 2 vectors),
-// or two rows of op(A) packed.
+// B^T packed (as many), or two rows of op(A) packed.
 template <class T> int64_t small_gemm_scratch(int64_t k) { return k * 2 * kVector<T>; }
 
 template <class T>
@@ -178,6 +195,13 @@ void small_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, cons
           gemm_rows<T, 4, 2 * kVector<T>>(ta, i0, n, k, alpha, a, lda, b, ldb, beta, c, ldc, scratch, panel_ready);
       for (; i0 < m; ++i0) gemv_rows(n, k, alpha, ta ? a + i0 : a + i0 * lda, ta ? lda : 1, b, ldb, beta, c + i0 * ldc);
       return;
+    }
+    if (m >= 4 && n <= 2 * kVector<T>) {
+      // Few columns from B stored transposed: B packed as rows (zeros past n), so that blocks of
+      // C accumulate in registers as above; dot products of short rows would spend their time
+      // summing lanes.
+      if (n <= kVector<T>) return packed_transposed_rows<T, kVector<T>>(ta, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, scratch);
+      return packed_transposed_rows<T, 2 * kVector<T>>(ta, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, scratch);
     }
     for (int64_t i0 = 0; i0 < m; i0 += 2) {
       const int64_t mr = std::min<int64_t>(2, m - i0);

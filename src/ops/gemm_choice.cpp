@@ -1,5 +1,6 @@
 #include "ops/gemm_choice.hpp"
 
+#include <array>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -58,10 +59,22 @@ std::optional<GemmLibrary> pinned_gemm() {
 }
 
 std::optional<GemmLibrary> known_gemm(const GemmShape& shape) {
+  // A choice never changes once made, so each thread keeps the ones it found, unlocked: a product
+  // in a steady loop costs no lock and no hash table.
+  struct Recent {
+    GemmShape shape{};
+    GemmLibrary library{};
+    bool used = false;
+  };
+  constexpr size_t kRecent = 64;
+  thread_local std::array<Recent, kRecent> recent;
+  Recent& slot = recent[ShapeHash{}(shape) % kRecent];
+  if (slot.used && slot.shape == shape) return slot.library;
   Choices& c = choices();
   std::shared_lock lock(c.mutex);
   const auto it = c.by_shape.find(shape);
   if (it == c.by_shape.end()) return std::nullopt;
+  slot = {shape, it->second, true};
   return it->second;
 }
 
@@ -77,10 +90,13 @@ GemmLibrary remember_gemm(const GemmShape& shape, std::span<const GemmLibrary> c
   size_t best = 0;
   for (size_t i = 1; i < candidates.size(); ++i)
     if (seconds[i] < seconds[best]) best = i;
+  GemmLibrary chosen = candidates[best];
   {
+    // The first choice made stands (two threads may time one shape at once): a shape's products
+    // always run on one library, and known_gemm's copies stay true.
     Choices& c = choices();
     std::unique_lock lock(c.mutex);
-    c.by_shape[shape] = candidates[best];
+    chosen = c.by_shape.try_emplace(shape, chosen).first->second;
   }
   const char* debug = std::getenv("KILN_DEBUG");
   if (debug && std::atoi(debug) >= 1) {
@@ -90,9 +106,9 @@ GemmLibrary remember_gemm(const GemmShape& shape, std::span<const GemmLibrary> c
       std::cerr << " " << gemm_library_name(candidates[i]) << " "
                 << 2e-9 * static_cast<double>(shape.m) * static_cast<double>(shape.n) * static_cast<double>(shape.k) / seconds[i]
                 << " GFLOP/s";
-    std::cerr << " -> " << gemm_library_name(candidates[best]) << "\n";
+    std::cerr << " -> " << gemm_library_name(chosen) << "\n";
   }
-  return candidates[best];
+  return chosen;
 }
 
 }  // namespace kiln
