@@ -660,3 +660,27 @@ TEST(Scan, NStepsBeyondASequenceIsTheLoopsErrorInEveryMode) {
     EXPECT_EQ(f(seq, wv, Tensor::scalar<int64_t>(20), h)[0].shape(), (Shape{20, 4})) << mode.name();
   }
 }
+
+TEST(Scan, AKeptArenaRemakesViewsOfRowsAnUntilDecides) {
+  // Found by the loop fuzzer: with keep_buffers, a call whose loop stopped after fewer steps than
+  // the call before read the stored rows reversed (the backward loop's view of a view whose row
+  // count until() decides) with the last call's geometry: a gradient of 3.47 instead of 0.39.
+  Var b = vector("b", f64), limit = scalar("limit", f64);
+  ScanResult r = scan([](const std::vector<Var>& a) { return std::vector<Var>{tanh(a[0] * 2.0), until(a[1] > 0.0)}; },
+                      {.outputs_info = {std::nullopt}, .non_sequences = {b, limit}, .n_steps = Var(int64_t{3})});
+  Var s = sum(r.outputs[0], {0});
+  Var g = grad(sum(s * s), b);
+  for (Mode mode : {plain_mode(), Mode::fast_run()}) {
+    Function kept = function({b, limit}, {s, g}, {.mode = mode, .keep_buffers = true});
+    Function fresh = function({b, limit}, {s, g}, {.mode = mode});
+    const Tensor b1 = Tensor::from(std::vector<double>{0.1, 0.15}), b2 = Tensor::from(std::vector<double>{0.1, 0.9});
+    for (const auto& [bv, lv] : std::vector<std::pair<Tensor, double>>{{b1, -1.0}, {b2, 1.0}, {b1, -1.0}, {b2, 1.0}}) {
+      const std::vector<Tensor> got = kept(bv, Tensor::scalar(lv)), want = fresh(bv, Tensor::scalar(lv));
+      expect_values(got[0], want[0].to_vector<double>(), 1e-12);
+      expect_values(got[1], want[1].to_vector<double>(), 1e-12);
+    }
+    // One step at b2: d/db of (tanh(2 b))^2 summed is 4 tanh(2b) (1 - tanh(2b)^2).
+    const double t = std::tanh(1.8);
+    expect_values(kept(b2, Tensor::scalar(1.0))[1], {4 * std::tanh(0.2) * (1 - std::tanh(0.2) * std::tanh(0.2)), 4 * t * (1 - t * t)}, 1e-12);
+  }
+}

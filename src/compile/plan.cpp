@@ -417,18 +417,28 @@ MemoryPlan plan_buffers(const Program& p, const SlotFacts& facts, const PlanOpti
     if (const int b = buffer_of[root[s]]; b >= 0 && buffers[b].in_arena && !external[s]) plan.in_arena[s] = true;
   plan.uses_arena = !in_arena_buffers.empty();
   plan.views_arena.assign(p.code.size(), false);
+  // Per slot: a view whose geometry may differ from one call to the next (below).
+  std::vector<uint8_t> geometry_varies(static_cast<size_t>(n_slots), 0);
   for (size_t k = 0; k < p.code.size(); ++k) {
     const Instruction& ins = p.code[k];
-    // Only a view decided by the signature stands from call to call: one whose geometry depends on
-    // an input's value (a loop's rows run until a condition, a reshape to a computed shape) is
-    // made again, and so is one in a branch, which the last call may not have taken.
-    if (ins.kind != Instruction::Kind::run || plan.precomputed[k] || plan.forwarded[k] >= 0 || ins.outputs.empty() ||
-        ins.conditional)
+    if (ins.kind != Instruction::Kind::run || plan.precomputed[k]) continue;
+    if (const int f = plan.forwarded[k]; f >= 0) {
+      geometry_varies[ins.outputs[0]] = geometry_varies[ins.inputs[static_cast<size_t>(f)]];
       continue;
-    bool views = true;
-    for (size_t o = 0; o < ins.outputs.size(); ++o) views = views && ins.output_is_view[o] && plan.in_arena[ins.outputs[o]];
+    }
+    // Only a view decided by the signature stands from call to call: one whose geometry depends on
+    // an input's value (a loop's rows run until a condition, a reshape to a computed shape), or on
+    // such a view (the rows reversed), is made again, and so is one in a branch, which the last
+    // call may not have taken.
+    bool decided = !ins.conditional;
     for (int i : p.traits[k].value_inputs)
-      views = views && static_cast<size_t>(i) < ins.inputs.size() && facts.value[ins.inputs[static_cast<size_t>(i)]].defined();
+      decided = decided && static_cast<size_t>(i) < ins.inputs.size() && facts.value[ins.inputs[static_cast<size_t>(i)]].defined();
+    for (int s : ins.inputs) decided = decided && !geometry_varies[s];
+    bool views = decided && !ins.outputs.empty();
+    for (size_t o = 0; o < ins.outputs.size(); ++o) {
+      views = views && ins.output_is_view[o] && plan.in_arena[ins.outputs[o]];
+      if (ins.output_is_view[o] && !decided) geometry_varies[ins.outputs[o]] = 1;
+    }
     plan.views_arena[k] = views;
   }
   int64_t largest = -1;
