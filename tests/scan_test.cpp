@@ -684,3 +684,29 @@ TEST(Scan, AKeptArenaRemakesViewsOfRowsAnUntilDecides) {
     expect_values(kept(b2, Tensor::scalar(1.0))[1], {4 * std::tanh(0.2) * (1 - std::tanh(0.2) * std::tanh(0.2)), 4 * t * (1 - t * t)}, 1e-12);
   }
 }
+
+TEST(Scan, SequenceTapsCountFromTheCurrentStepsRowAsInTheano) {
+  // Taps all after the current row ({1}: the row after) or all before it ({-1}) read as Theano
+  // reads them (they read x[t] over len(x) steps, as if shifted to 0), forwards and backwards.
+  Var x = vector("x", f64);
+  const Tensor xv = Tensor::from(std::vector<double>{1, 2, 3, 4, 5});
+  auto digits = [](const std::vector<Var>& a) {
+    Var v = a[0];
+    for (size_t i = 1; i < a.size(); ++i) v = v * 10.0 + a[i];
+    return std::vector<Var>{v};
+  };
+  const std::vector<std::tuple<std::vector<int>, std::vector<double>, std::vector<double>>> cases{
+      {{1}, {2, 3, 4, 5}, {4, 3, 2, 1}},       {{-1}, {1, 2, 3, 4}, {5, 4, 3, 2}}, {{2}, {3, 4, 5}, {3, 2, 1}},
+      {{-2, -1}, {12, 23, 34}, {54, 43, 32}}, {{1, 2}, {23, 34, 45}, {43, 32, 21}}, {{-1, 1}, {13, 24, 35}, {53, 42, 31}}};
+  for (const auto& [taps, forwards, backwards] : cases)
+    for (Mode mode : {plain_mode(), Mode::fast_run()}) {
+      const Var f = scan(digits, {.sequences = {SeqTaps{x, taps}}}).outputs[0];
+      const Var b = scan(digits, {.sequences = {SeqTaps{x, taps}}, .go_backwards = true}).outputs[0];
+      const std::vector<Tensor> r = function({x}, {f, b}, {.mode = mode})(xv);
+      expect_values(r[0], forwards);
+      expect_values(r[1], backwards);
+    }
+  verify_grad([](std::vector<Var> v) { return sum(scan([](const std::vector<Var>& a) { return std::vector<Var>{a[0] * a[0]}; },
+                                                       {.sequences = {SeqTaps{v[0], {1}}}}).outputs[0]); },
+              {Tensor::from(std::vector<double>{0.5, -1, 2})});
+}

@@ -728,7 +728,14 @@ Built build_scan(const std::function<std::vector<Var>(const std::vector<Var>&)>&
       throw TypeError("scan: sequence " + std::to_string(i) + " must have at least one dimension (its steps), got " +
                       (seq.sequence.defined() ? seq.sequence.type().str() : std::string("an empty Var")) + where(loc));
     if (seq.taps.empty()) throw TypeError("scan: sequence " + std::to_string(i) + " has no taps" + where(loc));
-    outer.push_back(args.go_backwards ? slice(seq.sequence, 0, std::nullopt, std::nullopt, -1, loc) : seq.sequence);
+    Var rows = args.go_backwards ? slice(seq.sequence, 0, std::nullopt, std::nullopt, -1, loc) : seq.sequence;
+    // Taps count from the current step's row, as in Theano: taps all after it ({1}: the row after)
+    // leave the first rows unread, taps all before it ({-1}) the last ones; the loop reads taps
+    // from the first row on, so those rows are cut off.
+    const int first = *std::min_element(seq.taps.begin(), seq.taps.end()), last = *std::max_element(seq.taps.begin(), seq.taps.end());
+    if (first > 0) rows = slice(rows, 0, int64_t{first}, std::nullopt, 1, loc);
+    if (last < 0) rows = slice(rows, 0, std::nullopt, int64_t{last}, 1, loc);
+    outer.push_back(rows);
     loop.sequence_taps.push_back(seq.taps);
     for (int tap : seq.taps)
       sequence_inputs.push_back(placeholder(without_first(seq.sequence.type()), "sequence" + std::to_string(i) + "[t" +
