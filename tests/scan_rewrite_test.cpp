@@ -388,3 +388,23 @@ TEST(ScanPushOut, NestedSequenceWorkInADeepBodySettles) {
                                   1e-10);
   EXPECT_GE(fired(f, "scan_push_out_sequence_work"), 1);
 }
+
+TEST(ScanPushOut, NoStepOverRowsStoredReversedIsEmpty) {
+  // Found by the loop fuzzer: the rows a pushed-out computation reads (row_range) of a sequence
+  // stored reversed (go_backwards, or a backward loop's states) got an offset before the storage
+  // when the loop ran no step: "the offset is negative" instead of an empty result.
+  Var X = matrix("X", f64), W = matrix("W", f64);
+  const Var r = scan([](const std::vector<Var>& a) { return std::vector<Var>{dot(a[0], a[2]) + a[1]}; },
+                     {.sequences = {SeqTaps{X, {0, 2}}}, .outputs_info = {std::nullopt}, .non_sequences = {W}, .go_backwards = true})
+                    .outputs[0];
+  Var H0 = matrix("H0", f64), n = scalar("n", i64);
+  const Var s = scan([](const std::vector<Var>& a) { return std::vector<Var>{dot(a[0] + a[1], a[2])}; },
+                     {.outputs_info = {Taps{H0, {-3, -1}}}, .non_sequences = {W}, .n_steps = n})
+                    .outputs[0];
+  for (Mode mode : {Mode::fast_run(), without_scan_rewrites()}) {
+    EXPECT_EQ(compile({X, W}, {r}, mode)(Tensor::ones({2, 2}, f64), Tensor::ones({2, 2}, f64))[0].shape(), (Shape{0, 2}));
+    expect_values(compile({H0, n, W}, {grad(sum(s), W)}, mode)(Tensor::zeros({3, 2}, f64), Tensor::scalar(int64_t{0}),
+                                                               Tensor::zeros({2, 2}, f64))[0],
+                  {0, 0, 0, 0});
+  }
+}

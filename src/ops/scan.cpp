@@ -315,10 +315,12 @@ class RowRangeKernel final : public KernelOf<RowRange> {
   using KernelOf::KernelOf;
   void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
     const Tensor& x = in[0];
-    Shape shape = x.shape();
+    Dims shape{std::span<const int64_t>(x.shape())};
     const int64_t start = index_value(in[1]);
     shape[0] = index_value(in[2]);
-    set_view(out[0], x, shape, x.strides(), x.offset() + start * x.strides()[0]);
+    // No rows: no element is read, and start may lie past the end (rows stored reversed: before
+    // the storage's first byte).
+    set_view(out[0], x, shape, x.strides(), shape[0] == 0 ? x.offset() : x.offset() + start * x.strides()[0]);
   }
 };
 
