@@ -408,3 +408,40 @@ TEST(ScanPushOut, NoStepOverRowsStoredReversedIsEmpty) {
                   {0, 0, 0, 0});
   }
 }
+
+TEST(ScanRewrites, NoRewriteMakesALoopFailOrSucceedWhereTheBuiltOneDoesNot) {
+  // Found by the loop fuzzer, each in fast_run only: invariant work that may reject values (an
+  // index out of range) was moved before a loop that runs no step; a loop needed only by the
+  // branch not taken was merged into the one taken, so its work ran; a sequence nobody reads was
+  // dropped with the check that n_steps does not pass its rows.
+  Var h0 = scalar("h0", f64), W = vector("W", f64), i = scalar("i", i64), x = vector("x", f64);
+  const Var invariant_lookup = scan([](const std::vector<Var>& a) { return std::vector<Var>{a[1] + a[0] * a[2][VarIndex(a[3])]}; },
+                                    {.sequences = {x}, .outputs_info = {h0}, .non_sequences = {W, i}})
+                                   .outputs[0];
+  Var idx = vector("idx", i64), c = scalar("c", f64);
+  const Var taken = scan([](const std::vector<Var>& a) { return std::vector<Var>{a[1] * cast(a[0], f64) + 1.0}; },
+                         {.sequences = {idx}, .outputs_info = {h0}})
+                        .outputs[0];
+  const Var not_taken = scan([](const std::vector<Var>& a) { return std::vector<Var>{a[1] + a[2][VarIndex(a[0])]}; },
+                             {.sequences = {idx}, .outputs_info = {h0}, .non_sequences = {W}})
+                            .outputs[0];
+  Var y = vector("y", f64), n = scalar("n", i64);
+  const Var unused_sequence = scan([](const std::vector<Var>& a) { return std::vector<Var>{a[2] * 2.0, a[1] * 2.0}; },
+                                   {.sequences = {x, y}, .outputs_info = {h0, std::nullopt}, .n_steps = n})
+                                  .outputs[0];
+  for (Mode mode : {Mode::fast_run(), without_scan_rewrites()}) {
+    EXPECT_EQ(compile({x, h0, W, i}, {invariant_lookup}, mode)(Tensor::zeros({0}, f64), Tensor::scalar(1.0),
+                                                              Tensor::from(std::vector<double>{1, 2}), Tensor::scalar(int64_t{5}))[0]
+                  .numel(),
+              0);
+    Function branch = compile({idx, W, c, h0}, {ifelse(c > 0.0, taken, not_taken)}, mode);
+    EXPECT_EQ(fired(branch, "scan_merge"), 0);
+    expect_values(branch(Tensor::from(std::vector<int64_t>{0, 5}), Tensor::from(std::vector<double>{1, 2}), Tensor::scalar(1.0),
+                         Tensor::scalar(0.5))[0],
+                  {1, 6});
+    Function f = compile({x, y, h0, n}, {unused_sequence}, mode);
+    const std::vector<Tensor> values{Tensor::from(std::vector<double>{1}), Tensor::from(std::vector<double>{1, 2, 3}), Tensor::scalar(1.0)};
+    expect_error<ShapeError>([&] { f(values[0], values[1], values[2], Tensor::scalar(int64_t{3})); }, {"n_steps is 3", "only 1 steps"});
+    expect_values(f(values[0], values[1], values[2], Tensor::scalar(int64_t{1}))[0], {2});
+  }
+}

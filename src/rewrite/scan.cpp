@@ -267,8 +267,16 @@ std::vector<Var> remove_unused(FunctionGraph& graph, Node& node) {
   kept.non_sequences.clear();
   for (size_t j = 0; j < p.outputs.size(); ++j)
     if (needed[j]) kept.outputs.push_back(p.outputs[j]);
-  for (const auto& s : p.sequences)
-    if (is_read(s.inputs)) kept.sequences.push_back(s);
+  for (size_t i = 0; i < p.sequences.size(); ++i) {
+    if (is_read(p.sequences[i].inputs)) {
+      kept.sequences.push_back(p.sequences[i]);
+    } else if (!p.steps_from_sequences) {
+      // A sequence dropped still limits the steps given: n_steps is checked against its rows (in
+      // the shape of the rows it would have read, so it costs nothing where it holds).
+      const Var spread = constant(Tensor::scalar(p.spread(i)));
+      kept.n_steps = shape_of(row_range(p.sequences[i].outer, spread, kept.n_steps, p.loc, true), p.loc)[0];
+    }
+  }
   for (const auto& m : p.non_sequences)
     if (read.count(m.input.get())) kept.non_sequences.push_back(m);
   if (kept.outputs.size() == p.outputs.size() && kept.sequences.size() == p.sequences.size() &&
@@ -391,9 +399,19 @@ std::vector<Var> push_out_invariants(FunctionGraph&, Node& node) {
     return std::any_of(n->inputs.begin(), n->inputs.end(), [&](const Var& in) { return body.dependence(in) == Dependence::invariant && !in.get()->constant; });
   };
   const std::unordered_set<const Variable*> decides_shape = shape_deciding(order);
+  // Work that may reject values (an index out of range) stays: before the loop it would run even
+  // when the loop runs no step, and fail a call that succeeds as built.
+  std::unordered_set<const Node*> may_fail;
+  for (const Node* n : order) {
+    bool fails = n->op->may_fail_on_values();
+    for (const Var& in : n->inputs) fails = fails || (in.get()->owner && may_fail.count(in.get()->owner));
+    if (fails) may_fail.insert(n);
+  }
   std::vector<Var> hoisted;
   for (Node* n : order) {
-    if (!every_step.count(n) || body.dependence(n->output(0)) != Dependence::invariant || !reads_non_sequence(n)) continue;
+    if (!every_step.count(n) || body.dependence(n->output(0)) != Dependence::invariant || !reads_non_sequence(n) ||
+        may_fail.count(n))
+      continue;
     for (size_t o = 0; o < n->outputs.size(); ++o) {
       const Var v = n->output(o);
       bool frontier = body.is_root(v);
@@ -811,6 +829,24 @@ std::vector<size_t> drop_equal_outputs(Parts& p) {
   return kept;
 }
 
+// The nodes every call runs: those an output of the graph reaches without passing through a side
+// of an ifelse (its condition is always read).
+std::unordered_set<const Node*> needed_on_every_call(FunctionGraph& graph) {
+  std::unordered_set<const Node*> needed;
+  std::vector<const Node*> stack;
+  auto reach = [&](const Var& v) {
+    if (const Node* n = v.get()->owner; n && needed.insert(n).second) stack.push_back(n);
+  };
+  for (const Var& out : graph.outputs()) reach(out);
+  while (!stack.empty()) {
+    const Node* n = stack.back();
+    stack.pop_back();
+    const bool branches = dynamic_cast<const IfElse*>(n->op.get()) != nullptr;
+    for (size_t i = 0; i < (branches ? 1 : n->inputs.size()); ++i) reach(n->inputs[i]);
+  }
+  return needed;
+}
+
 std::vector<Var> merge_loops(FunctionGraph& graph, Node& node) {
   const Parts p = decompose(node);
   if (p.until.defined()) return {};
@@ -821,6 +857,7 @@ std::vector<Var> merge_loops(FunctionGraph& graph, Node& node) {
     const auto a = pattern::uniform_constant(p.n_steps), b = pattern::uniform_constant(q.n_steps);
     return !p.steps_from_sequences && a && b && *a == *b;
   };
+  std::optional<std::unordered_set<const Node*>> needed;
   for (Node* other : graph.toposort()) {
     if (other == &node || !dynamic_cast<const Scan*>(other->op.get())) continue;
     bool live = false;
@@ -828,6 +865,10 @@ std::vector<Var> merge_loops(FunctionGraph& graph, Node& node) {
     if (!live) continue;
     const Parts q = decompose(*other);
     if (!same_steps(q) || depends_on(node, *other) || depends_on(*other, node)) continue;
+    // A loop only a branch needs runs when that branch is taken: merged with one that runs on
+    // every call (or in another branch), its work would run when it is not needed (and may fail).
+    if (!needed) needed = needed_on_every_call(graph);
+    if (!needed->count(&node) || !needed->count(other)) continue;
     // A sequence (same taps) or non-sequence both loops read is read once.
     Parts merged = p;
     std::unordered_map<const Variable*, Var> shared_input;
