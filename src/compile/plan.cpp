@@ -172,6 +172,7 @@ MemoryPlan plan_buffers(const Program& p, const SlotFacts& facts, const PlanOpti
     if (ins.kind != Instruction::Kind::run || ins.outputs.empty()) continue;
     plan.precomputed[k] = facts.value[ins.outputs[0]].defined();
     plan.forwarded[k] = facts.forwarded[ins.outputs[0]];
+    if (plan.precomputed[k]) plan.precomputed_slots.insert(plan.precomputed_slots.end(), ins.outputs.begin(), ins.outputs.end());
   }
   plan.supplied.assign(n_slots, false);
   plan.offset.assign(n_slots, -1);

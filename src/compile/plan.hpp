@@ -22,10 +22,12 @@ struct MemoryPlan {
     static std::atomic<uint64_t> count{0};
     return ++count;
   }
+  // Flags are bytes, not std::vector<bool>: a call reads them per instruction and per slot.
   std::vector<Shape> signature;
   std::vector<std::optional<Shape>> shape;  // per slot; empty where it depends on data
   std::vector<Tensor> value;                // per slot: values computed while planning (shape arithmetic)
-  std::vector<bool> precomputed;            // per instruction: its outputs are in `value`, it does not run
+  std::vector<uint8_t> precomputed;         // per instruction: its outputs are in `value`, it does not run
+  std::vector<int> precomputed_slots;       // the outputs of those instructions
   // Per instruction: the input position its output 0 is, unchanged, for this signature
   // (Op::forwards_input): it does not run, the slot takes that input's tensor. -1 otherwise.
   std::vector<int> forwarded;
@@ -37,12 +39,12 @@ struct MemoryPlan {
   std::vector<int64_t> scratch_bytes;
   // Per slot: a value computed into the arena (or a view of one). Where the arena is kept between
   // calls, such a slot keeps its tensor too, and the next call finds the view already made.
-  std::vector<bool> in_arena;
+  std::vector<uint8_t> in_arena;
   // Per instruction: every output is a view of a value in the arena, so that in a kept arena the
   // view made by the last run still stands (RunOptions::warm).
-  std::vector<bool> views_arena;
+  std::vector<uint8_t> views_arena;
   std::vector<bool> result_owns_memory;     // per result: its memory is the call's own, shared with no other
-  std::vector<bool> supplied;               // per slot: a result computed into the tensor the caller put there
+  std::vector<uint8_t> supplied;            // per slot: a result computed into the tensor the caller put there
   int64_t arena_bytes = 0;
   bool uses_arena = false;  // some value lives in the arena (perhaps every one of them empty)
   int largest_in_arena = -1;  // the slot of the largest value in the arena: an allocation error names it

@@ -754,10 +754,8 @@ void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& 
   // its region was reused, or before it was written, shows up as a wrong value.
   if (arena) std::memset(arena->data(), 0xFF, arena->nbytes());
 #endif
-  for (size_t k = 0; k < p.code.size(); ++k)
-    if (plan.precomputed[k])
-      for (int s : p.code[k].outputs)
-        if (!options.warm || !slots[s].defined()) slots[s] = plan.value[s];
+  for (int s : plan.precomputed_slots)
+    if (!options.warm || !slots[s].defined()) slots[s] = plan.value[s];
   std::vector<std::string>* failures = options.failures;
   if (failures) failures->assign(p.n_slots, std::string());
   auto failed = [&](int s) { return failures && !(*failures)[s].empty(); };

@@ -305,11 +305,16 @@ void run_gemm_kernel(GemmLibrary kernel, bool ta, bool tb, int64_t m, int64_t n,
 template <class T>
 void blas_product(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
                   int64_t ldb, T beta, T* c, int64_t ldc, T* scratch) {
+  const GemmShape shape{dtype_of<T>(), ta, tb, m, n, k, product_threads(m, n, k)};
+  // A shape's candidates are the same on every call but for OpenBLAS's 32-bit sizes, which leading
+  // dimensions may pass: a known choice is checked for those alone.
+  const auto known = known_gemm(shape);
+  if (known && (*known != GemmLibrary::openblas || std::max({lda, ldb, ldc}) <= 0x7fffffff))
+    return run_gemm_kernel<T>(*known, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, scratch);
   const SmallVector<GemmLibrary, 3> candidates = gemm_candidates<T>(m, n, k, lda, ldb, ldc);
   GemmLibrary kernel = candidates[0];
   if (candidates.size() > 1) {
-    const GemmShape shape{dtype_of<T>(), ta, tb, m, n, k, product_threads(m, n, k)};
-    if (const auto known = known_gemm(shape)) {
+    if (known) {
       if (std::ranges::find(candidates, *known) != candidates.end()) kernel = *known;
     } else {
       std::vector<T> trial_c(static_cast<size_t>(m * n));

@@ -237,6 +237,18 @@ void copy_broadcast(const Tensor& dst, const Tensor& src) {
     if (dst.raw_data() != src.raw_data()) std::memmove(dst.raw_data(), src.raw_data(), dst.nbytes());
     return;
   }
+  // One contiguous row repeated over every row of dst (a bias spread over a batch): a copy per row.
+  const Shape &ds = dst.shape(), &ss = src.shape();
+  if (dst.dtype() == src.dtype() && !ds.empty() && ss.size() <= ds.size() && !ss.empty() && ss.back() == ds.back() &&
+      (ss.back() == 1 || src.strides().back() == 1) && dst.is_contiguous() &&
+      std::all_of(ss.begin(), ss.end() - 1, [](int64_t d) { return d == 1; })) {
+    const size_t row_bytes = static_cast<size_t>(ds.back()) * dtype_size(dst.dtype());
+    const int64_t rows = ds.back() == 0 ? 0 : dst.numel() / ds.back();
+    std::byte* out = dst.raw_data();
+    const std::byte* row = src.raw_data();
+    for (int64_t r = 0; r < rows; ++r) std::memmove(out + static_cast<size_t>(r) * row_bytes, row, row_bytes);
+    return;
+  }
   const Dims src_strides = broadcast_strides(src, dst.shape());
   auto loop = collapse_loop<2>(dst.shape(), {dst.strides(), src_strides});
   dispatch_dtype(dst.dtype(), [&](auto out_tag) {
