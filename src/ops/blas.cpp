@@ -157,8 +157,11 @@ void gemm_dots(const T* a_rows, int64_t i0, int64_t n, int64_t k, T alpha, const
 template <class T, int64_t NC>
 void packed_transposed_rows(bool ta, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
                             int64_t ldb, T beta, T* c, int64_t ldc, T* panel) {
-  for (int64_t p = 0; p < k; ++p)
-    for (int64_t j = 0; j < NC; ++j) panel[p * NC + j] = j < n ? b[j * ldb + p] : T(0);
+  if (n < NC) std::fill_n(panel, k * NC, T(0));
+  for (int64_t j = 0; j < n; ++j) {
+    const T* row = b + j * ldb;
+    for (int64_t p = 0; p < k; ++p) panel[p * NC + j] = row[p];
+  }
   const int64_t row_step = ta ? 1 : lda, depth_step = ta ? lda : 1;
   int64_t i0 = 0;
   for (; i0 + 4 <= m; i0 += 4) {
