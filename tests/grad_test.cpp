@@ -127,3 +127,17 @@ TEST(VerifyGrad, CentralDifferencesWithARelativeStep) {
   verify_grad([](std::vector<Var> v) { return softplus(v[0]); }, {Tensor::from({1e4f, -1e4f, 20.f}, {3})});
   verify_grad([](std::vector<Var> v) { return v[0] * v[0] * 0.5; }, {Tensor::from({1e9, -3e7, 1e-3}, {3})});
 }
+
+TEST(Grad, PowAtBaseZeroHasFiniteGradients) {
+  // Found by the derivatives trial: d/dx x^0 and d/dy 0^y (y > 0) are 0, not NaN (0 times an
+  // infinite power or logarithm), in every mode.
+  Var x = vector("x", f64), y = vector("y", f64);
+  const std::vector<Var> g = grad(sum(pow(x, y)), {x, y});
+  for (Mode mode : {Mode::fast_run(), plain_mode()}) {
+    const std::vector<Tensor> r = function({x, y}, {g[0], g[1]}, {.mode = mode})(Tensor::from({0.0, 0.0, 2.0}, {3}), Tensor::from({2.0, 0.0, 3.0}, {3}));
+    expect_values(r[0], {0, 0, 12});
+    EXPECT_EQ(r[1].to_vector<double>()[0], 0.0);
+    EXPECT_NEAR(r[1].to_vector<double>()[2], 8 * std::log(2.0), 1e-12);
+  }
+  verify_grad([](std::vector<Var> v) { return pow(v[0], v[1]); }, {Tensor::from({0.5, 1.5, 2.0}, {3}), Tensor::from({2.0, 0.5, -1.0}, {3})});
+}

@@ -710,3 +710,37 @@ TEST(Scan, SequenceTapsCountFromTheCurrentStepsRowAsInTheano) {
                                                        {.sequences = {SeqTaps{v[0], {1}}}}).outputs[0]); },
               {Tensor::from(std::vector<double>{0.5, -1, 2})});
 }
+
+TEST(ScanRop, TappedSequencesAndHessianVectorProductsThroughALoop) {
+  // Found by the derivatives trial: forward mode rebuilt the loop from its own (already cut)
+  // sequences with the user's taps, cutting them again: Rop of y[t] = x[t+1]^2 gave [6, 8] for
+  // [4, 6, 8], and Rop of a gradient through any loop with a state failed (its backward loop
+  // reads the states at tap +1).
+  Var xs = vector("xs", f64), dx = vector("dx", f64);
+  const std::vector<std::tuple<std::vector<int>, std::vector<double>>> cases{
+      {{1}, {4, 6, 8}}, {{-1}, {2, 4, 6}}, {{-2, -1}, {3, 5}}, {{0, 2}, {4, 6}}};
+  for (const auto& [taps, expected] : cases) {
+    const Var y = scan([](const std::vector<Var>& a) {
+                    Var p = a[0];
+                    for (size_t i = 1; i < a.size(); ++i) p = p * a[i];
+                    return std::vector<Var>{a.size() == 1 ? p * a[0] : p};
+                  },
+                  {.sequences = {SeqTaps{xs, taps}}})
+                      .outputs[0];
+    for (Mode mode : {plain_mode(), Mode::fast_run()})
+      expect_values(function({xs, dx}, {Rop({y}, {xs}, {dx})[0]}, {.mode = mode})(Tensor::from(std::vector<double>{1, 2, 3, 4}),
+                                                                                 Tensor::ones({4}, f64))[0],
+                    expected, 1e-12);
+  }
+  Var w = scalar("w", f64), h0 = scalar("h0", f64), v = scalar("v", f64);
+  const Var cost = sum(scan([&](const std::vector<Var>& a) { return std::vector<Var>{tanh(a[0] * w + a[1])}; },
+                            {.sequences = {xs}, .outputs_info = {h0}})
+                           .outputs[0]);
+  const std::vector<Tensor> at{Tensor::from(std::vector<double>{0.5, -0.3, 0.8}), Tensor::scalar(0.7), Tensor::scalar(0.1)};
+  for (Mode mode : {plain_mode(), Mode::fast_run()}) {
+    Function hv = function({xs, w, h0, v}, {Rop({grad(cost, w)}, {w}, {v})[0], hessian(cost, w)}, {.mode = mode});
+    const std::vector<Tensor> r = hv(at[0], at[1], at[2], Tensor::scalar(1.0));
+    expect_values(r[0], r[1].to_vector<double>(), 1e-12);
+    EXPECT_NEAR(r[0].item<double>(), -1.06169, 1e-5);
+  }
+}

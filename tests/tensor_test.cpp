@@ -272,3 +272,13 @@ TEST(Tensor, ReshapeInfersOneDimensionGivenAsMinusOne) {
   expect_error<ShapeError>([&] { a.reshape({4, -1}); }, {"(4,-1)", "f32(2,3)"});
   expect_error<ShapeError>([&] { a.reshape({-1, -1}); }, {"(-1,-1)"});
 }
+
+TEST(Tensor, NoElementsMeansNoWorkHoweverLargeTheOtherDimensions) {
+  // Found by the eager trial: copies and elementwise work walked every row of a (2^63 - 1, 0)
+  // view (a crafted .npy loads one): they never ended.
+  const Tensor z = Tensor::zeros({0, INT64_MAX});
+  EXPECT_EQ(transpose(z).contiguous().shape(), (Shape{INT64_MAX, 0}));
+  EXPECT_EQ((transpose(z) + 1.0).shape(), (Shape{INT64_MAX, 0}));
+  Var x = matrix("x");
+  EXPECT_EQ(function({x}, {exp(transpose(x)) * 2.0})(z)[0].shape(), (Shape{INT64_MAX, 0}));
+}

@@ -387,8 +387,10 @@ std::vector<Var> Elemwise::L_op(const Node& node, const std::vector<Var>& gouts)
       break;
     case ScalarOp::div: gin[0] = g / x[1]; gin[1] = -(g * y) / x[1]; break;
     case ScalarOp::pow:
-      gin[0] = g * x[1] * pow(x[0], x[1] - 1.0, loc);
-      gin[1] = g * log(x[0], loc) * y;
+      // x^0 is 1 for every x and 0^y is 0 for every y > 0: their derivatives are 0 there, not
+      // 0 times an infinite power or logarithm (NaN).
+      gin[0] = g * where(x[1] == 0.0, 0.0, x[1] * pow(x[0], x[1] - 1.0, loc), loc);
+      gin[1] = g * where(y == 0.0, 0.0, log(x[0], loc) * y, loc);
       break;
     case ScalarOp::mod: gin[0] = g; gin[1] = -(g * floor(x[0] / x[1], loc)); break;  // x - floor(x / y) * y
     case ScalarOp::maximum: gin[0] = where(x[0] >= x[1], g, 0, loc); gin[1] = where(x[0] >= x[1], 0, g, loc); break;

@@ -113,12 +113,21 @@ template <class T> struct DrawLoops {
         if (first + j < numel) out[first + j] = static_cast<T>(v);
       };
       switch (distribution) {
-        case Distribution::uniform:
+        case Distribution::uniform: {
+          // a + (b - a) u with u < 1 may still round to b (in T, or already in double where |b| is
+          // the larger): the largest T below b then, so that b stays out as documented.
+          auto put_below_b = [&](int64_t j, double v) {
+            if (first + j >= numel) return;
+            const T high = static_cast<T>(b);
+            const T t = static_cast<T>(v);
+            out[first + j] = t < high || high <= static_cast<T>(a) ? t : std::nextafter(high, static_cast<T>(a));
+          };
           if (per == 4)
-            for (int j = 0; j < 4; ++j) put(j, a + (b - a) * static_cast<double>(unit24(r.w[j])));
+            for (int j = 0; j < 4; ++j) put_below_b(j, a + (b - a) * static_cast<double>(unit24(r.w[j])));
           else
-            for (int j = 0; j < 2; ++j) put(j, a + (b - a) * unit53(r.w[2 * j], r.w[2 * j + 1]));
+            for (int j = 0; j < 2; ++j) put_below_b(j, a + (b - a) * unit53(r.w[2 * j], r.w[2 * j + 1]));
           break;
+        }
         case Distribution::normal:
           if (per == 4) {
             for (int j = 0; j < 2; ++j) {

@@ -98,6 +98,21 @@ template <class O> using SumAccumulator = std::conditional_t<std::is_same_v<O, f
 template <class O, class T> void reduce_sum(const Tensor& in, O* out, int64_t out_numel, std::span<const int64_t> axes,
                                             std::span<std::byte> scratch) {
   using Acc = SumAccumulator<O>;
+  // The rows of a contiguous matrix summed into one (a bias gradient): the order reduce_loop adds
+  // them in, row after row, without its setup.
+  if (in.ndim() == 2 && axes.size() == 1 && axes[0] == 0 && in.is_contiguous()) {
+    const int64_t rows = in.shape()[0], cols = in.shape()[1];
+    Acc* acc = std::is_same_v<Acc, O> ? reinterpret_cast<Acc*>(out) : reinterpret_cast<Acc*>(scratch.data());
+    const T* x = reinterpret_cast<const T*>(in.raw_data());
+    for_this_cpu([acc, x, rows, cols] {
+      std::fill_n(acc, cols, Acc(0));
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) acc[c] = wrapping_add(acc[c], static_cast<Acc>(x[r * cols + c]));
+    });
+    if constexpr (!std::is_same_v<Acc, O>)
+      for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<O>(acc[c]);
+    return;
+  }
   auto add = [](Acc a, Acc b) { return wrapping_add(a, b); };
   auto run = [](Acc acc, const T* x, int64_t n, int64_t stride) {
     if constexpr (std::is_floating_point_v<Acc> && std::is_floating_point_v<T>) {

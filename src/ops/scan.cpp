@@ -972,11 +972,19 @@ std::optional<std::vector<Var>> Scan::R_op(const Node& node, const std::vector<V
   ScanArgs args;
   if (!loop.steps_from_sequences) args.n_steps = node.inputs[0];
   std::vector<size_t> seq_with_tangent, non_with_tangent;
-  for (size_t i = 0; i < n_seq; ++i) args.sequences.push_back({node.inputs[at.sequences + i], loop.sequence_taps[i]});
+  // The loop's taps read its sequences from their first row (scan() cut the rows user taps skip):
+  // given to scan() again they start at 0, so that nothing is cut twice.
+  auto from_first_row = [&](size_t i) {
+    std::vector<int> taps = loop.sequence_taps[i];
+    const int first = first_tap(taps);
+    for (int& t : taps) t -= first;
+    return taps;
+  };
+  for (size_t i = 0; i < n_seq; ++i) args.sequences.push_back({node.inputs[at.sequences + i], from_first_row(i)});
   for (size_t i = 0; i < n_seq; ++i)
     if (has_tangent(at.sequences + i)) {
       const Var seq = node.inputs[at.sequences + i];
-      args.sequences.push_back({shaped_like(tangent_of(at.sequences + i), seq, "the tangent of sequence " + std::to_string(i) + " of a scan", loc), loop.sequence_taps[i]});
+      args.sequences.push_back({shaped_like(tangent_of(at.sequences + i), seq, "the tangent of sequence " + std::to_string(i) + " of a scan", loc), from_first_row(i)});
       seq_with_tangent.push_back(i);
     }
   std::vector<std::optional<Taps>> tangent_info;

@@ -1,6 +1,7 @@
 #pragma once
 #include <omp.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <span>
@@ -27,6 +28,13 @@ StridedLoop<K> collapse_loop(std::span<const int64_t> shape, const std::array<st
                              const std::array<int64_t, K>& base = {}) {
   StridedLoop<K> loop;
   loop.base = base;
+  // No element: one empty run, however large the other dimensions (a walk over them took as long
+  // as they are: (2^63 - 1, 0) never ended).
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) {
+    loop.shape.push_back(0);
+    for (size_t k = 0; k < K; ++k) loop.strides[k].push_back(0);
+    return loop;
+  }
   for (size_t d = 0; d < shape.size(); ++d) {
     if (shape[d] == 1) continue;
     if (!loop.shape.empty()) {
