@@ -138,6 +138,8 @@ TEST(Random, BadArgumentsAreClearErrors) {
   expect_error<TypeError>([&] { rng.uniform({3}, 0.0, 1.0, i64); }, {"uniform", "f32 or f64", "i64"});
   expect_error<TypeError>([&] { rng.normal(vector("size", i64)); }, {"cannot tell how many dimensions", "shape_of"});
   expect_error<TypeError>([&] { rng.integers({3}, 0.5, 2.0); }, {"integers", "0-d integers"});
+  Function normals = function({p}, {rng.normal({4}, 0.0, p)});  // a negative std was taken silently
+  expect_error<ShapeError>([&] { normals(Tensor::scalar(-1.0)); }, {"random_normal", "std must be 0 or more", "-1"});
 }
 
 TEST(Random, IntegersCoverTheWholeI64RangeAndRefuseAnI32RangeTheyCannotHold) {

@@ -198,6 +198,8 @@ class RandomDrawKernel final : public KernelOf<RandomDraw> {
     if (d == Distribution::binomial && (a < 0 || !(b >= 0 && b <= 1)))
       throw ShapeError(op().name() + ": n must be at least 0 and p in [0, 1], got n = " + std::to_string(static_cast<int64_t>(a)) +
                        ", p = " + std::to_string(b));
+    if (d == Distribution::normal && !(b >= 0))
+      throw ShapeError(op().name() + ": std must be 0 or more, got " + std::to_string(b) + " (NumPy's scale)");
     Tensor& values = out[0];
     if (!values.is_contiguous()) throw ShapeError(op().name() + ": the draw's output must be contiguous");
     const int64_t per = per_block(d, op().dtype());
