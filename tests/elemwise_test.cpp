@@ -447,3 +447,14 @@ TEST(Elemwise, EmptyInputs) {
   for (const Var& z : {floor(x), ceil(x), round(x), erf(x), x % y, clip(x, y, 1.0), square(x)})
     EXPECT_EQ(eval1({x, y}, z, {Tensor::zeros({0}, f64), Tensor::zeros({0}, f64)}).shape(), Shape{0});
 }
+
+TEST(Elemwise, TanhKeepsTheSignOfZero) {
+  // tanh(-0) is -0 as in NumPy (the polynomial gave +0), compiled and interpreted alike.
+  Var x = vector("x", f32);
+  for (Mode mode : {Mode::fast_run(), plain_mode()}) {
+    const std::vector<float> r =
+        function({x}, {tanh(x), tanh(x * 1.0f) + 0.0f * x}, {.mode = mode})(Tensor::from<float>({-0.0f, 0.0f}))[0].to_vector<float>();
+    EXPECT_TRUE(std::signbit(r[0])) << mode.name();
+    EXPECT_FALSE(std::signbit(r[1])) << mode.name();
+  }
+}

@@ -22,8 +22,9 @@ namespace {
 struct OutOfRegisters {};
 struct Unsupported {};
 
-// vcmpps predicates, as C++ compares: false when an operand is NaN, except unordered.
-constexpr uint8_t kLess = 0x11, kGreater = 0x1E, kUnordered = 0x03;
+// vcmpps predicates, as C++ compares: false when an operand is NaN, except unordered and
+// not-greater (!(a > b)), true then.
+constexpr uint8_t kLess = 0x11, kGreater = 0x1E, kUnordered = 0x03, kNotGreater = 0x1A;
 
 // Emits the loop of one program for one instruction set and unroll factor. The function made is
 // void(int64_t n, void* const* outs, const void* const* inputs, int nontemporal) in the System V
@@ -194,8 +195,9 @@ class ProgramEmitter : public Xbyak::CodeGenerator {
     copy(d, e);
     release(e);
     select(d, ax, constant(0.625f), kLess, small);
-    release(ax), release(small);
-    select(d, x, x, kUnordered, x);
+    release(small);
+    select(d, ax, constant(0.0f), kNotGreater, x);  // NaN, and -0 (the polynomial gives +0 there)
+    release(ax);
   }
 
   // fastmath::sigmoid_f32: 1 / (1 + exp(-x)).

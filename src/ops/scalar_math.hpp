@@ -58,7 +58,7 @@ inline float tanh_f32(float x) {
   const float magnitude = 1.0f - 2.0f / (e + 1.0f);
   const float big = x < 0.0f ? -magnitude : magnitude;
   const float y = ax < 0.625f ? small : big;
-  return x != x ? x : y;
+  return !(ax > 0.0f) ? x : y;  // NaN, and -0 (the polynomial gives +0 there)
 }
 
 inline float sigmoid_f32(float x) { return 1.0f / (1.0f + exp_f32(-x)); }
