@@ -412,6 +412,14 @@ class CompositeKernel final : public KernelOf<Composite> {
     while (block_ * 2 <= kMaxBlock && static_cast<size_t>(block_ * 2) <= fit) block_ *= 2;
   }
   int64_t block_of(int64_t total) const { return std::min(block_, std::max<int64_t>(total, 1)); }
+  bool operands_in_place(InputValues in, OutputValues out) const {
+    const Shape& shape = out[0].shape();
+    for (const Tensor& o : out)
+      if (o.shape() != shape || !o.is_contiguous()) return false;
+    for (size_t i = 0; i < in.size(); ++i)
+      if (!scalar_input_[i] && (in[i].shape() != shape || !in[i].is_contiguous())) return false;
+    return true;
+  }
   // Where block b starts in a thread's scratch: 64-byte aligned and, for full blocks, skewed by
   // 192 bytes so that no two start at the same offset within a 4 KiB page (loads and stores 4 KiB
   // apart stall on false address dependencies).
@@ -487,6 +495,10 @@ void CompositeKernel::run_alone(InputValues in, OutputValues out, size_t e) cons
 
 void CompositeKernel::run(InputValues in, OutputValues out, std::span<std::byte> scratch) const {
   const Composite& composite = op();
+  // The common case first: every input that is not one value has the outputs' shape, and they all
+  // lie contiguous, so the compiled loop runs over them in place with nothing to work out.
+  if (compiled_ && !composite.reduction() && compiled_->isa() == active_isa() && operands_in_place(in, out))
+    return run_in_place(*compiled_, in, scalar_input_, out);
   const auto& program = composite.program();
   const auto& reduction = composite.reduction();
   const int n_inputs = static_cast<int>(in.size());
