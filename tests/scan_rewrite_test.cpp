@@ -445,3 +445,19 @@ TEST(ScanRewrites, NoRewriteMakesALoopFailOrSucceedWhereTheBuiltOneDoesNot) {
     expect_values(f(values[0], values[1], values[2], Tensor::scalar(int64_t{1}))[0], {2});
   }
 }
+
+TEST(ScanRewrites, NStepsIsCheckedAgainstEveryTapOfASequence) {
+  // Found by the loop fuzzer: a body that reads one of a sequence's taps, inlined (one step) or
+  // pushed out, read only that tap's rows: n_steps beyond the other tap's rows passed in fast_run.
+  Var x = vector("x", f64);
+  for (const std::vector<int>& taps : {std::vector<int>{2, 0}, std::vector<int>{-2, 0}})
+    for (int64_t n : {1, 2}) {
+      const Var y = scan([&](const std::vector<Var>& a) { return std::vector<Var>{a[1] * 10.0}; },
+                         {.sequences = {SeqTaps{x, taps}}, .n_steps = Var(n)})
+                        .outputs[0];
+      std::vector<double> rows{1, 2, 3};
+      rows.resize(static_cast<size_t>(n) + 1);
+      for (Mode mode : {Mode::fast_run(), without_scan_rewrites()})
+        expect_error<ShapeError>([&] { compile({x}, {y}, mode)(Tensor::from(rows)); }, {"n_steps is " + std::to_string(n)});
+    }
+}

@@ -339,9 +339,17 @@ TEST(ScanErrors, ShapesKnownAtRunTimeAreChecked) {
   // until on a value that is not a scalar
   EXPECT_THROW(scan([](const std::vector<Var>& a) { return std::vector<Var>{a[0], until(a[0] > 0.0)}; }, {.sequences = {matrix("M", f64)}}),
                TypeError);
-  // A sequence shorter than its taps' spread.
+  // A sequence shorter than its taps' spread allows no step, as Theano's slices of it are empty
+  // (it was an error for mixed taps, with the rows of another sequence in the message, and 0 steps
+  // for taps on one side); with n_steps given, the loop says how many steps the rows allow.
   ScanResult window = map([](const std::vector<Var>& a) { return std::vector<Var>{a[0] + a[1]}; }, {SeqTaps{x, {0, 3}}});
-  EXPECT_THROW(eval1({x}, window.outputs[0], {f64_vector({1, 2})}), ShapeError);
+  ScanResult counted = scan([](const std::vector<Var>& a) { return std::vector<Var>{a[0] + a[1]}; },
+                            {.sequences = {SeqTaps{x, {-2, 0}}}, .n_steps = Var(int64_t{1})});
+  for (Mode mode : {plain_mode(), Mode::fast_run()}) {
+    EXPECT_EQ(function({x}, {window.outputs[0]}, {.mode = mode})(f64_vector({1, 2}))[0].numel(), 0) << mode.name();
+    expect_error<ShapeError>([&] { function({x}, {counted.outputs[0]}, {.mode = mode})(f64_vector({1, 2})); },
+                             {"n_steps is 1", "only 0 steps"});
+  }
 }
 
 // ---- Gradients (back-propagation through time), against finite differences ----
@@ -687,7 +695,9 @@ TEST(Scan, AKeptArenaRemakesViewsOfRowsAnUntilDecides) {
 
 TEST(Scan, SequenceTapsCountFromTheCurrentStepsRowAsInTheano) {
   // Taps all after the current row ({1}: the row after) or all before it ({-1}) read as Theano
-  // reads them (they read x[t] over len(x) steps, as if shifted to 0), forwards and backwards.
+  // reads them (they read x[t] over len(x) steps, as if shifted to 0); backwards, the same steps
+  // run in reverse, a tap -1 still reading the row before in x's order (they read the reversed
+  // rows at the taps).
   Var x = vector("x", f64);
   const Tensor xv = Tensor::from(std::vector<double>{1, 2, 3, 4, 5});
   auto digits = [](const std::vector<Var>& a) {
@@ -695,11 +705,12 @@ TEST(Scan, SequenceTapsCountFromTheCurrentStepsRowAsInTheano) {
     for (size_t i = 1; i < a.size(); ++i) v = v * 10.0 + a[i];
     return std::vector<Var>{v};
   };
-  const std::vector<std::tuple<std::vector<int>, std::vector<double>, std::vector<double>>> cases{
-      {{1}, {2, 3, 4, 5}, {4, 3, 2, 1}},       {{-1}, {1, 2, 3, 4}, {5, 4, 3, 2}}, {{2}, {3, 4, 5}, {3, 2, 1}},
-      {{-2, -1}, {12, 23, 34}, {54, 43, 32}}, {{1, 2}, {23, 34, 45}, {43, 32, 21}}, {{-1, 1}, {13, 24, 35}, {53, 42, 31}}};
-  for (const auto& [taps, forwards, backwards] : cases)
+  const std::vector<std::pair<std::vector<int>, std::vector<double>>> cases{
+      {{1}, {2, 3, 4, 5}}, {{-1}, {1, 2, 3, 4}}, {{2}, {3, 4, 5}}, {{-2, -1}, {12, 23, 34}}, {{1, 2}, {23, 34, 45}},
+      {{-1, 1}, {13, 24, 35}}, {{-3, 2}, {}}, {{-1, 0, 2}, {124, 235}}};
+  for (const auto& [taps, forwards] : cases)
     for (Mode mode : {plain_mode(), Mode::fast_run()}) {
+      const std::vector<double> backwards(forwards.rbegin(), forwards.rend());
       const Var f = scan(digits, {.sequences = {SeqTaps{x, taps}}}).outputs[0];
       const Var b = scan(digits, {.sequences = {SeqTaps{x, taps}}, .go_backwards = true}).outputs[0];
       const std::vector<Tensor> r = function({x}, {f, b}, {.mode = mode})(xv);

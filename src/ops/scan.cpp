@@ -127,13 +127,11 @@ std::vector<Type> Scan::infer_types(const std::vector<Type>& in) const {
 int64_t Scan::steps(const std::vector<Shape>& in, int64_t n_steps) const {
   const Layout at(loop_);
   std::optional<int64_t> allowed;
+  // A sequence shorter than its taps' spread allows no step (Theano's slices of it are empty).
   for (size_t i = 0; i < loop_.n_sequences(); ++i) {
-    const int64_t rows = in[at.sequences + i][0] - loop_.spread(i);
+    const int64_t rows = std::max<int64_t>(in[at.sequences + i][0] - loop_.spread(i), 0);
     allowed = allowed ? std::min(*allowed, rows) : rows;
   }
-  if (allowed && *allowed < 0)
-    throw ShapeError(name() + ": a sequence of " + std::to_string(*allowed + loop_.spread(0)) +
-                     " rows is shorter than the spread of its taps; give it more rows or fewer taps");
   if (loop_.steps_from_sequences) return *allowed;
   if (n_steps < 0) throw ShapeError(name() + ": n_steps is " + std::to_string(n_steps) + "; it must be 0 or more");
   if (allowed && n_steps > *allowed)
@@ -248,6 +246,13 @@ std::vector<Type> RowRange::infer_types(const std::vector<Type>& in) const {
 std::vector<Shape> RowRange::infer_shapes(const std::vector<Shape>& in, const std::vector<const Tensor*>& values) const {
   if (!values.at(1) || !values.at(2)) throw ShapeError("row_range: the rows are known only at run time");
   const int64_t start = index_value(*values[1]), count = index_value(*values[2]);
+  // No row: nothing read, wherever it starts (a sequence shorter than its taps' spread gives a
+  // loop of no steps, as Theano's empty slices of it do).
+  if (count == 0) {
+    Shape s = in[0];
+    s[0] = 0;
+    return {s};
+  }
   if (reads_loop_steps_ && count < 0)
     throw ShapeError("scan: n_steps is " + std::to_string(count) + "; it must be 0 or more");
   if (reads_loop_steps_ && start + count > in[0][0])
@@ -730,15 +735,20 @@ Built build_scan(const std::function<std::vector<Var>(const std::vector<Var>&)>&
       throw TypeError("scan: sequence " + std::to_string(i) + " must have at least one dimension (its steps), got " +
                       (seq.sequence.defined() ? seq.sequence.type().str() : std::string("an empty Var")) + where(loc));
     if (seq.taps.empty()) throw TypeError("scan: sequence " + std::to_string(i) + " has no taps" + where(loc));
-    Var rows = args.go_backwards ? slice(seq.sequence, 0, std::nullopt, std::nullopt, -1, loc) : seq.sequence;
     // Taps count from the current step's row, as in Theano: taps all after it ({1}: the row after)
     // leave the first rows unread, taps all before it ({-1}) the last ones; the loop reads taps
-    // from the first row on, so those rows are cut off.
-    const int first = *std::min_element(seq.taps.begin(), seq.taps.end()), last = *std::max_element(seq.taps.begin(), seq.taps.end());
+    // from the first row on, so those rows are cut off. Backwards, the steps run over the same
+    // rows in reverse, a tap -1 still reading the row before in x's order: the loop runs forward
+    // over the rows reversed, with each tap negated.
+    std::vector<int> taps = seq.taps;
+    if (args.go_backwards)
+      for (int& t : taps) t = -t;
+    Var rows = args.go_backwards ? slice(seq.sequence, 0, std::nullopt, std::nullopt, -1, loc) : seq.sequence;
+    const int first = *std::min_element(taps.begin(), taps.end()), last = *std::max_element(taps.begin(), taps.end());
     if (first > 0) rows = slice(rows, 0, int64_t{first}, std::nullopt, 1, loc);
     if (last < 0) rows = slice(rows, 0, std::nullopt, int64_t{last}, 1, loc);
     outer.push_back(rows);
-    loop.sequence_taps.push_back(seq.taps);
+    loop.sequence_taps.push_back(taps);
     for (int tap : seq.taps)
       sequence_inputs.push_back(placeholder(without_first(seq.sequence.type()), "sequence" + std::to_string(i) + "[t" +
                                                                                     (tap < 0 ? "" : "+") + std::to_string(tap) + "]"));

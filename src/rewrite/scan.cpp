@@ -56,12 +56,18 @@ struct Parts {
     if (until.defined()) r.push_back(until);
     return r;
   }
-  // The number of steps, as a value of the outer graph.
+  // The number of steps, as a value of the outer graph: the sequences' rows less their taps'
+  // spread (none below 0), or n_steps checked against them (in the shape of the rows the taps of
+  // each would read, so that it holds where the loop that checked it is gone or reads fewer taps).
   Var steps() const {
-    if (!steps_from_sequences) return n_steps;
-    Var n;
+    Var n = steps_from_sequences ? Var() : n_steps;
     for (size_t i = 0; i < sequences.size(); ++i) {
-      const Var rows = shape_of(sequences[i].outer, loc)[0] - spread(i);
+      const Var spread_rows = constant(Tensor::scalar(spread(i)));
+      if (!steps_from_sequences) {
+        n = shape_of(row_range(sequences[i].outer, spread_rows, n, loc, true), loc)[0];
+        continue;
+      }
+      const Var rows = maximum(shape_of(sequences[i].outer, loc)[0] - spread_rows, int64_t{0}, loc);
       n = n.defined() ? minimum(n, rows, loc) : rows;
     }
     return n;
@@ -267,24 +273,16 @@ std::vector<Var> remove_unused(FunctionGraph& graph, Node& node) {
   kept.non_sequences.clear();
   for (size_t j = 0; j < p.outputs.size(); ++j)
     if (needed[j]) kept.outputs.push_back(p.outputs[j]);
-  for (size_t i = 0; i < p.sequences.size(); ++i) {
-    if (is_read(p.sequences[i].inputs)) {
-      kept.sequences.push_back(p.sequences[i]);
-    } else if (!p.steps_from_sequences) {
-      // A sequence dropped still limits the steps given: n_steps is checked against its rows (in
-      // the shape of the rows it would have read, so it costs nothing where it holds).
-      const Var spread = constant(Tensor::scalar(p.spread(i)));
-      kept.n_steps = shape_of(row_range(p.sequences[i].outer, spread, kept.n_steps, p.loc, true), p.loc)[0];
-    }
-  }
+  for (const auto& s : p.sequences)
+    if (is_read(s.inputs)) kept.sequences.push_back(s);
   for (const auto& m : p.non_sequences)
     if (read.count(m.input.get())) kept.non_sequences.push_back(m);
   if (kept.outputs.size() == p.outputs.size() && kept.sequences.size() == p.sequences.size() &&
       kept.non_sequences.size() == p.non_sequences.size())
     return {};
   if (kept.outputs.empty() && !kept.until.defined()) return {};  // nothing read: the node is dead already
-  if (p.steps_from_sequences && kept.sequences.size() < p.sequences.size()) {
-    kept.n_steps = steps;  // the sequences dropped may have decided the count
+  if (kept.sequences.size() < p.sequences.size()) {
+    kept.n_steps = steps;  // the sequences dropped may have decided the count, or limited the one given
     kept.steps_from_sequences = false;
   }
   return reassemble(node, kept);
@@ -728,7 +726,7 @@ std::vector<Var> inline_single_step(FunctionGraph&, Node& node) {
   std::unordered_map<const Variable*, Var> outer;
   for (size_t i = 0; i < p.sequences.size(); ++i)
     for (size_t k = 0; k < p.sequences[i].taps.size(); ++k)
-      outer[p.sequences[i].inputs[k].get()] = p.sequences[i].outer[VarIndex(int64_t{p.sequences[i].taps[k] - p.first_tap(i)}, loc)];
+      outer[p.sequences[i].inputs[k].get()] = p.rows_read(i, k)[VarIndex(int64_t{0}, loc)];  // n_steps checked against the rows
   for (const auto& o : p.outputs)
     for (size_t k = 0; k < o.taps.size(); ++k)
       outer[o.inputs[k].get()] = initial_rows(o.taps) == 0 ? o.initial : o.initial[VarIndex(int64_t{o.taps[k]}, loc)];
