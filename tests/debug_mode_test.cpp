@@ -136,3 +136,11 @@ TEST(DebugMode, AMoreExactRewriteIsNotABadOptimization) {
     EXPECT_NEAR(o[1].to_vector<double>()[1], -28.0, 1e-6) << dtype_name(dtype);
   }
 }
+
+TEST(DebugMode, ASharedVariableTheRewrittenGraphNoLongerReadsIsStillChecked) {
+  // Found by the memory fuzzer: sum(t) - sum(t) of a lookup in b became 0, so the call no longer
+  // loaded b, and the rewrite check ran the old side on an empty value (std::length_error escaped).
+  Shared b = shared(Tensor::from({1.0, 2.0, 3.0}, {3}), "b");
+  const Var t = take(b, constant(Tensor::from(std::vector<int64_t>{1, 0}, {2})));
+  expect_values(function({}, {sum(t) - sum(t)}, {.mode = Mode::debug()})(std::vector<Tensor>{})[0], {0});
+}

@@ -443,9 +443,13 @@ void check_rewrites(const FunctionImpl& f, const std::vector<Tensor>& call_slots
   const Program& check = f.check_program;
   std::vector<Tensor> slots(check.n_slots);
   for (size_t i = 0; i < check.input_slots.size(); ++i) slots[check.input_slots[i]] = call_slots[f.program().input_slots[i]];
-  for (const auto& [s, container] : check.shared_slots)  // as loaded (or held) by the call
+  // Shared variables as loaded (or held) by the call; one the rewritten graph no longer reads
+  // (sum(t) - sum(t) of it became 0) is read now.
+  for (const auto& [s, container] : check.shared_slots) {
     for (const auto& [call_slot, call_container] : f.program().shared_slots)
       if (call_container == container) slots[s] = call_slots[call_slot];
+    if (!slots[s].defined()) slots[s] = container->load();
+  }
   for (const auto& [s, value] : check.constant_slots) slots[s] = value;
   // A side that fails to compute may belong to a branch no call takes: only what the old side
   // computes is judged, and a new side must compute wherever the old one does.

@@ -25,6 +25,8 @@ void run_node(const Node& node, const Executable& executable, InputValues inputs
   } catch (const std::bad_alloc&) {
     throw MemoryError("out of memory while running " + node.op->name() + " on " + describe_values(inputs) + ", " +
                       node.origin());
+  } catch (const std::exception& e) {  // a standard library error from a kernel: kiln's own type, with the context
+    throw Error(std::string("internal error: ") + e.what() + node_context(node, inputs) + " (please report it)");
   }
 }
 
