@@ -80,6 +80,7 @@ TEST(Hessian, OfAnMlpLossMatchesFiniteDifferencesOfItsGradientInBothForms) {
   expect_values(h[1], h[0].to_vector<double>(), 1e-12);
   expect_error<GradError>([&] { hessian(dot(constant(X), W1), w); }, {"hessian: the cost must be a scalar"});
   Var z = vector("z", f64);
+  expect_error<GradError>([&] { hessian(sum(z), w); }, {"hessian: grad:", "DisconnectedInputs::zero"});  // it named grad alone
   expect_error<GradError>([&] { jacobian(z * 2.0, w); }, {"jacobian of y f64[?] in x 'w'", "does not depend on", "DisconnectedInputs::zero"});
   expect_values(eval1({z, w}, jacobian(z * 2.0, w, {.disconnected_inputs = DisconnectedInputs::zero}), {Tensor::from(std::vector<double>{1, 2}), at}),
                 std::vector<double>(18, 0.0));

@@ -59,7 +59,13 @@ Var jacobian_of(const Var& y, const Var& x, GradOptions options, bool vectorize,
 Var hessian_of(const Var& cost, const Var& x, GradOptions options, bool vectorize, const Loc& loc) {
   if (!cost.defined() || cost.ndim() != 0)
     throw GradError("hessian: the cost must be a scalar (0-d), got " + (cost.defined() ? cost.type().str() : std::string("an empty Var")));
-  return jacobian_of(grad(cost, x, options), x, options, vectorize, loc);
+  Var g;
+  try {
+    g = grad(cost, x, options);
+  } catch (const GradError& e) {
+    throw GradError(std::string("hessian: ") + e.what());  // the user called hessian, not grad
+  }
+  return jacobian_of(g, x, options, vectorize, loc);
 }
 
 }  // namespace
