@@ -231,3 +231,14 @@ TEST(ZipArchive, ANameLongerThanAZipAllowsIsAnIOError) {
                         {"save_npz", "m.npz", "longer than a zip allows"});
   EXPECT_TRUE(dir.listing().empty());
 }
+
+TEST(Npz, ADisposedTensorIsNamedWithItsKeyAndTheFileIsLeftAlone) {
+  // The DisposedError named neither save_npz, the file nor the entry's key.
+  const TempDir dir;
+  const std::string path = dir.file("m.npz");
+  const Tensor gone = Tensor::ones({2});
+  gone.dispose();
+  expect_error<DisposedError>([&] { save_npz(path, {{"W", Tensor::ones({2})}, {"b", gone}}); }, {"save_npz", "m.npz", "entry 'b'"});
+  EXPECT_FALSE(std::filesystem::exists(path));
+  expect_error<DisposedError>([&] { save_npy(dir.file("b.npy"), gone); }, {"save_npy", "b.npy"});
+}

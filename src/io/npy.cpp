@@ -257,9 +257,14 @@ Tensor parse_npy(std::span<const std::byte> bytes, const std::string& what) {
 
 void save_npy(const std::string& path, const Tensor& value) {
   const InternalTensors internal;
-  const NpyBytes npy(value);
+  std::optional<NpyBytes> npy;
+  try {
+    npy.emplace(value);
+  } catch (const Error& e) {
+    e.rethrow_with("save_npy: " + path + ": " + e.what());
+  }
   AtomicFile file(path, "save_npy");
-  for (const auto& piece : npy.pieces()) file.write(piece);
+  for (const auto& piece : npy->pieces()) file.write(piece);
   file.commit();
 }
 

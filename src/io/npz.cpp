@@ -16,8 +16,18 @@ void write_npz(const std::string& path, const NamedTensors& tensors, bool compre
   const InternalTensors internal;
   for (const auto& [key, value] : tensors)
     if (key.empty()) throw IOError(who + ": " + path + ": a tensor has an empty name; every entry of an .npz needs one");
+  // Every value is read before the file is touched: a disposed tensor is named with its key.
+  std::vector<NpyBytes> values;
+  for (const auto& [key, value] : tensors) {
+    try {
+      values.emplace_back(value);
+    } catch (const Error& e) {
+      e.rethrow_with(who + ": " + path + ", entry '" + key + "': " + e.what());
+    }
+  }
   ZipWriter archive(path, who);
-  for (const auto& [key, value] : tensors) archive.add(key + std::string(kNpySuffix), NpyBytes(value).pieces(), compressed);
+  size_t i = 0;
+  for (const auto& [key, value] : tensors) archive.add(key + std::string(kNpySuffix), values[i++].pieces(), compressed);
   archive.finish();
 }
 
