@@ -195,3 +195,18 @@ TEST(Subtensor, AMinibatchOfSharedDataWithGivens) {
   verify_grad([](std::vector<Var> v) { return set_subtensor(slice(v[0], 0, Var(int64_t{1}), 3), v[1] * 2.0); },
               {random_tensor({4, 2}), random_tensor({2, 2})});
 }
+
+TEST(Subtensor, UpdatesOfNestedViewsChangeTheRootAsNumPy) {
+  // x[1][0:2] = v changes x in NumPy; kiln returned x[1] changed, a value of another shape. A
+  // lookup of several indices is a copy in NumPy too, and the update stops there.
+  Var x = matrix("x", f64), v = vector("v", f64), i = scalar("i", i64);
+  Function f = function({x, v, i}, {set_subtensor(slice(x[1], 0, 0, 2), v), inc_subtensor(slice(x, 0, 1, 3)[0], 10.0),
+                                    set_subtensor(x[i][1], 5.0), set_subtensor(take(x, constant(Tensor::from<int64_t>({0, 0})))[0], 9.0)});
+  const std::vector<Tensor> r = f(Tensor::zeros({3, 4}, f64), Tensor::from<double>({7, 8}), Tensor::scalar<int64_t>(2));
+  expect_values(r[0], {0, 0, 0, 0, 7, 8, 0, 0, 0, 0, 0, 0});
+  expect_values(r[1], {0, 0, 0, 0, 10, 10, 10, 10, 0, 0, 0, 0});
+  expect_values(r[2], {0, 0, 0, 0, 0, 0, 0, 0, 0, 5, 0, 0});
+  EXPECT_EQ(r[3].shape(), (Shape{2, 4}));
+  verify_grad([](std::vector<Var> a) { return set_subtensor(slice(a[0][1], 0, 0, 2), a[1] * a[1]) * a[0]; },
+              {random_tensor({3, 4}, f64, -1, 1, 3), random_tensor({2}, f64, -1, 1, 4)});
+}

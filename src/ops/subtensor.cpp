@@ -687,14 +687,25 @@ Var update_subtensor(const Var& sub, const Var& value, bool set, const Loc& loc)
                       " values without cutting them (NumPy's same_kind rule); cast the increment with cast(v, " +
                       dtype_name(sub.dtype()) + ") or the values first (at " + loc_str(loc) + ")");
     Var v = cast(value, sub.dtype(), loc);
-    if (auto st = dynamic_cast<const Subtensor*>(n->op.get()))
-      return apply1(std::make_shared<IncSubtensor>(st->entries(), set), {n->inputs[0], v}, loc);
-    if (auto tk = dynamic_cast<const Take*>(n->op.get()))
-      return apply1(std::make_shared<TakeInc>(tk->axis(), set), {n->inputs[0], v, n->inputs[1]}, loc);
-    if (dynamic_cast<const DynamicSlice*>(n->op.get())) {
+    Var updated;
+    if (auto st = dynamic_cast<const Subtensor*>(n->op.get())) {
+      updated = apply1(std::make_shared<IncSubtensor>(st->entries(), set), {n->inputs[0], v}, loc);
+    } else if (auto tk = dynamic_cast<const Take*>(n->op.get())) {
+      updated = apply1(std::make_shared<TakeInc>(tk->axis(), set), {n->inputs[0], v, n->inputs[1]}, loc);
+    } else if (dynamic_cast<const DynamicSlice*>(n->op.get())) {
       std::vector<Var> inputs{n->inputs[0], v};
       inputs.insert(inputs.end(), n->inputs.begin() + 1, n->inputs.end());
-      return apply1(std::make_shared<DynamicSliceUpdate>(std::static_pointer_cast<const DynamicSlice>(n->op), set), inputs, loc);
+      updated = apply1(std::make_shared<DynamicSliceUpdate>(std::static_pointer_cast<const DynamicSlice>(n->op), set), inputs, loc);
+    }
+    if (updated.defined()) {
+      // Indexing that views what it indexes (slices, a single index), nested, updates the value
+      // at the root, as NumPy's x[1][0:2] = v changes x (it returned x[1] changed); a lookup of
+      // several indices makes a copy, as NumPy's does, and is where the update stops.
+      const Node* parent = n->inputs[0].get()->owner;
+      const auto* lookup = parent ? dynamic_cast<const Take*>(parent->op.get()) : nullptr;
+      const bool views = parent && (dynamic_cast<const Subtensor*>(parent->op.get()) || dynamic_cast<const DynamicSlice*>(parent->op.get()) ||
+                                    (lookup && parent->inputs[1].ndim() == 0));
+      return views ? update_subtensor(n->inputs[0], updated, true, loc) : updated;
     }
   }
   throw TypeError(std::string(what) + ": the first argument must be an indexing result (x[i], slice, take), got " +
