@@ -135,3 +135,14 @@ TEST(Join, TileRepeatAndPadTooLargeForMemoryNameTheOpAndTheLine) {
   expect_error<MemoryError>([&] { repeat(x, 1000000000000LL, 0); }, {"repeat:", "join_test.cpp"});
   expect_error<MemoryError>([&] { pad(x, {{1000000000000LL, 0}, {0, 0}}); }, {"pad:", "join_test.cpp"});
 }
+
+TEST(Join, StackErrorsNameStackAndTheInputsShapes) {
+  // The NumPy trial: stacking (3,4) and (4,3) reported concatenate's (1,3,4) and (1,4,3), and an
+  // axis out of range gave no range.
+  Var a = matrix("a", f64), b = matrix("b", f64);
+  Function f = function({a, b}, {stack({a, b})});
+  expect_error<ShapeError>([&] { f(Tensor::ones({3, 4}, f64), Tensor::ones({4, 3}, f64)); },
+                           {"stack: input 1 (as input 0) has shape (4,3) but must have shape (3,4)", "join_test.cpp"});
+  expect_error<TypeError>([&] { stack({a, a}, 3); }, {"stack: axis 3", "[-3, 2]"});
+  expect_values(f(Tensor::ones({1, 2}, f64), Tensor::zeros({1, 2}, f64))[0], {1, 1, 0, 0});
+}

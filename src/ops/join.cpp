@@ -136,10 +136,14 @@ Var stack(const std::vector<Var>& xs, int64_t axis, Loc loc) {
   if (xs.empty()) throw TypeError("stack: needs at least one input (at " + loc_str(loc) + ")");
   const int64_t nd = xs[0].ndim();
   int64_t a = axis < 0 ? axis + nd + 1 : axis;
-  if (a < 0 || a > nd) throw TypeError("stack: axis " + std::to_string(axis) + " is out of range (at " + loc_str(loc) + ")");
+  if (a < 0 || a > nd)
+    throw TypeError("stack: axis " + std::to_string(axis) + " is out of range for inputs of " + std::to_string(nd) +
+                    " dimensions; it must be in [" + std::to_string(-nd - 1) + ", " + std::to_string(nd) + "] (at " + loc_str(loc) + ")");
   std::vector<Var> expanded;
-  for (const Var& x : xs) {
-    if (x.ndim() != nd) throw TypeError("stack: inputs differ in ndim: " + types_str(xs) + " (at " + loc_str(loc) + ")");
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (xs[i].ndim() != nd) throw TypeError("stack: inputs differ in ndim: " + types_str(xs) + " (at " + loc_str(loc) + ")");
+    // Checked here, before the axis is inserted: concatenate would name itself and the new axis.
+    const Var x = i == 0 ? xs[0] : shaped_like(xs[i], xs[0], "stack: input " + std::to_string(i) + " (as input 0)", loc);
     std::vector<int64_t> pattern;
     for (int64_t d = 0; d < nd; ++d) {
       if (d == a) pattern.push_back(-1);
