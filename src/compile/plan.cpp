@@ -136,6 +136,9 @@ SlotFacts infer_slot_facts(const Program& p, const std::vector<Shape>& input_sha
     for (size_t o = 0; o < ins.outputs.size(); ++o) facts.shape[ins.outputs[o]] = out_shapes[o];
     if (const std::optional<int> f = op.forwards_input(shapes, out_shapes)) {
       facts.forwarded[ins.outputs[0]] = *f;
+      // The input unchanged: a value known while planning stays known (stack checks shapes of
+      // shape values with shaped_like, whose readers are shape arithmetic too).
+      if (values[static_cast<size_t>(*f)]) facts.value[ins.outputs[0]] = *values[static_cast<size_t>(*f)];
       continue;
     }
     const bool reads_shapes_only = dynamic_cast<const ShapeOf*>(&op) != nullptr;

@@ -75,12 +75,14 @@ class JoinKernel final : public KernelOf<Join> {
   using KernelOf::KernelOf;
   void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
     const int64_t axis = op().axis();
-    Tensor& o = out[0];
+    const Tensor& o = out[0];
+    const size_t es = dtype_size(o.dtype());
+    Dims shape{std::span<const int64_t>(o.shape())};
     int64_t start = 0;
-    for (const Tensor& x : in) {
-      Shape shape = o.shape();
-      shape[axis] = x.shape()[axis];
-      copy_broadcast(o.view(shape, o.strides(), o.offset() + start * o.strides()[axis]), x);
+    for (const Tensor& x : in) {  // each input into its part of the output, no handle made for it
+      shape[static_cast<size_t>(axis)] = x.shape()[axis];
+      copy_broadcast(Region{o.raw_data() + start * o.strides()[axis] * static_cast<int64_t>(es), o.dtype(), shape, o.strides()},
+                     region_of(x));
       start += x.shape()[axis];
     }
   }
@@ -92,12 +94,13 @@ class JoinSplitKernel final : public KernelOf<JoinSplit> {
   void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
     const int64_t axis = op().axis();
     const Tensor& g = in[0];
+    const int64_t es = static_cast<int64_t>(dtype_size(g.dtype()));
+    Dims shape{std::span<const int64_t>(g.shape())};
     int64_t start = 0;
-    for (size_t i = 0; i < out.size(); ++i) {
-      Shape shape = g.shape();
-      shape[axis] = in[i + 1].shape()[axis];
-      copy_broadcast(out[i], g.view(shape, g.strides(), g.offset() + start * g.strides()[axis]));
-      start += shape[axis];
+    for (size_t i = 0; i < out.size(); ++i) {  // each output from its part of g, no handle made for it
+      shape[static_cast<size_t>(axis)] = in[i + 1].shape()[axis];
+      copy_broadcast(region_of(out[i]), Region{g.raw_data() + start * g.strides()[axis] * es, g.dtype(), shape, g.strides()});
+      start += shape[static_cast<size_t>(axis)];
     }
   }
 };

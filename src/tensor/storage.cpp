@@ -1,10 +1,11 @@
+#include <sys/mman.h>
+
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <string>
 #include <new>
-#include <unordered_map>
 #include <vector>
 
 #include "kiln/tensor.hpp"
@@ -16,14 +17,47 @@ namespace {
 constexpr size_t kAlignment = 64;
 // Freed blocks of at least kCacheMin bytes are kept (up to kCacheMax in all) and handed out again
 // for the same size: a steady loop then reuses touched pages instead of faulting in fresh ones.
+// When the cache is full, the sizes kept longest make room for the newest (a loop whose batch
+// size changes keeps what it will use next). These blocks are whole pages mapped from the system
+// and unmapped when they go: on the heap, blocks of ever new sizes left it fragmented, the process
+// holding gigabytes that no allocation could use (1.4 GB after release_cached_memory()).
 constexpr size_t kCacheMin = size_t{1} << 20;
 static_assert(kCacheMin == BlockPool::kDataBytes, "a block is in the thread's pool or the shared cache, never in neither");
 constexpr size_t kCacheMax = size_t{512} << 20;
+constexpr size_t kPage = 4096;
 
+// AddressSanitizer watches the heap, not mappings: its builds keep large blocks there.
+#if defined(__SANITIZE_ADDRESS__)
+void* map_block(size_t rounded) { return std::aligned_alloc(kPage, rounded); }
+void unmap_block(void* p, size_t) { std::free(p); }
+#else
+void* map_block(size_t rounded) {
+  void* p = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+void unmap_block(void* p, size_t rounded) { munmap(p, rounded); }
+#endif
+
+// At most kCacheMax / kCacheMin blocks, in an array reserved once: keeping and taking a block
+// allocate nothing.
 struct BlockCache {
+  struct Block {
+    size_t bytes;
+    void* data;
+    uint64_t kept_at;  // the order blocks were kept in: the oldest goes first
+  };
   std::mutex mutex;
-  std::unordered_map<size_t, std::vector<void*>> free_blocks;
+  std::vector<Block> blocks;
+  uint64_t next = 0;
   size_t bytes = 0;
+  BlockCache() { blocks.reserve(kCacheMax / kCacheMin); }
+  void* remove(size_t i) {
+    void* data = blocks[i].data;
+    bytes -= blocks[i].bytes;
+    blocks[i] = blocks.back();
+    blocks.pop_back();
+    return data;
+  }
 };
 
 // Never destroyed: storages released during static destruction may still return blocks to it, and
@@ -37,20 +71,24 @@ void* take_cached(size_t rounded) {
   if (rounded < kCacheMin) return nullptr;
   BlockCache& c = cache();
   std::lock_guard lock(c.mutex);
-  auto it = c.free_blocks.find(rounded);
-  if (it == c.free_blocks.end() || it->second.empty()) return nullptr;
-  void* p = it->second.back();
-  it->second.pop_back();
-  c.bytes -= rounded;
-  return p;
+  size_t newest = c.blocks.size();
+  for (size_t i = 0; i < c.blocks.size(); ++i)
+    if (c.blocks[i].bytes == rounded && (newest == c.blocks.size() || c.blocks[i].kept_at > c.blocks[newest].kept_at)) newest = i;
+  return newest == c.blocks.size() ? nullptr : c.remove(newest);
 }
 
 bool keep_cached(void* p, size_t rounded) {
-  if (rounded < kCacheMin) return false;
+  if (rounded < kCacheMin || rounded > kCacheMax) return false;
   BlockCache& c = cache();
   std::lock_guard lock(c.mutex);
-  if (c.bytes + rounded > kCacheMax) return false;
-  c.free_blocks[rounded].push_back(p);
+  while (c.bytes + rounded > kCacheMax) {  // the oldest go first
+    size_t oldest = 0;
+    for (size_t i = 1; i < c.blocks.size(); ++i)
+      if (c.blocks[i].kept_at < c.blocks[oldest].kept_at) oldest = i;
+    const size_t bytes = c.blocks[oldest].bytes;
+    unmap_block(c.remove(oldest), bytes);
+  }
+  c.blocks.push_back({rounded, p, c.next++});
   c.bytes += rounded;
   return true;
 }
@@ -59,7 +97,14 @@ bool keep_cached(void* p, size_t rounded) {
 // for the rest.
 size_t capacity(size_t nbytes) {
   if (nbytes < BlockPool::kDataBytes) return BlockPool::data_class(nbytes);
+  if (nbytes >= kCacheMin) return (nbytes + kPage - 1) / kPage * kPage;
   return (nbytes + kAlignment - 1) / kAlignment * kAlignment;
+}
+
+void* take_system(size_t rounded) { return rounded >= kCacheMin ? map_block(rounded) : std::aligned_alloc(kAlignment, rounded); }
+void give_back_to_system(void* p, size_t rounded) {
+  if (rounded >= kCacheMin) unmap_block(p, rounded);
+  else std::free(p);
 }
 
 struct Counters {
@@ -88,10 +133,10 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes) {
   const size_t rounded = capacity(nbytes);
   void* p = rounded < BlockPool::kDataBytes ? BlockPool::take_data(rounded) : take_cached(rounded);
   if (!p) {
-    p = std::aligned_alloc(kAlignment, rounded);
+    p = take_system(rounded);
     if (!p) {  // the cached blocks may be what stands in the way
       release_cached_memory();
-      p = std::aligned_alloc(kAlignment, rounded);
+      p = take_system(rounded);
     }
     if (p) counters().n_system_allocations.fetch_add(1, std::memory_order_relaxed);
   }
@@ -104,7 +149,7 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes) {
   try {
     storage = make(static_cast<std::byte*>(p), nbytes, true);
   } catch (...) {  // no object to own the block: it goes back
-    std::free(p);
+    give_back_to_system(p, rounded);
     throw;
   }
   auto& c = counters();  // counted once the storage exists: its destructor uncounts it
@@ -129,7 +174,7 @@ Storage::~Storage() {
   if (!owned_) return;
   const size_t rounded = capacity(nbytes_);
   const bool kept = rounded < BlockPool::kDataBytes ? BlockPool::keep_data(data_, rounded) : keep_cached(data_, rounded);
-  if (!kept) std::free(data_);
+  if (!kept) give_back_to_system(data_, rounded);
   auto& c = counters();
   c.bytes_in_use.fetch_sub(static_cast<int64_t>(nbytes_), std::memory_order_relaxed);
   c.live_storages.fetch_sub(1, std::memory_order_relaxed);
@@ -150,9 +195,8 @@ void release_cached_memory() {
   BlockPool::release_kept_data();
   BlockCache& c = cache();
   std::lock_guard lock(c.mutex);
-  for (auto& [size, blocks] : c.free_blocks)
-    for (void* p : blocks) std::free(p);
-  c.free_blocks.clear();
+  for (const BlockCache::Block& b : c.blocks) unmap_block(b.data, b.bytes);
+  c.blocks.clear();
   c.bytes = 0;
 }
 

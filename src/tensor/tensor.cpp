@@ -224,39 +224,58 @@ template <class T> std::vector<T> Tensor::to_vector() const {
   return std::vector<T>(p, p + c.numel());
 }
 
-Dims broadcast_strides(const Tensor& t, std::span<const int64_t> out_shape) {
-  Dims strides(out_shape.size(), 0);
-  const size_t lead = out_shape.size() - static_cast<size_t>(t.ndim());
-  for (size_t d = 0; d < static_cast<size_t>(t.ndim()); ++d)
-    if (t.shape()[d] != 1) strides[lead + d] = t.strides()[d];
-  return strides;
+Dims broadcast_strides(const Tensor& t, std::span<const int64_t> out_shape) { return broadcast_strides(t.shape(), t.strides(), out_shape); }
+
+Dims broadcast_strides(std::span<const int64_t> shape, std::span<const int64_t> strides, std::span<const int64_t> out_shape) {
+  Dims out(out_shape.size(), 0);
+  const size_t lead = out_shape.size() - shape.size();
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (shape[d] != 1) out[lead + d] = strides[d];
+  return out;
 }
 
-void copy_broadcast(const Tensor& dst, const Tensor& src) {
-  if (dst.dtype() == src.dtype() && dst.shape() == src.shape() && dst.is_contiguous() && src.is_contiguous()) {
-    if (dst.raw_data() != src.raw_data()) std::memmove(dst.raw_data(), src.raw_data(), dst.nbytes());
+namespace {
+bool contiguous_geometry(std::span<const int64_t> shape, std::span<const int64_t> strides) {
+  int64_t expected = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    if (shape[d] != 1 && strides[d] != expected) return false;
+    expected *= shape[d];
+  }
+  return true;
+}
+}  // namespace
+
+Region region_of(const Tensor& t) { return {t.raw_data(), t.dtype(), t.shape(), t.strides()}; }
+
+void copy_broadcast(const Tensor& dst, const Tensor& src) { copy_broadcast(region_of(dst), region_of(src)); }
+
+void copy_broadcast(const Region& dst, const Region& src) {
+  int64_t numel = 1;
+  for (int64_t d : dst.shape) numel *= d;
+  const bool dst_contiguous = contiguous_geometry(dst.shape, dst.strides);
+  if (dst.dtype == src.dtype && std::ranges::equal(dst.shape, src.shape) && dst_contiguous &&
+      contiguous_geometry(src.shape, src.strides)) {
+    if (dst.data != src.data) std::memmove(dst.data, src.data, static_cast<size_t>(numel) * dtype_size(dst.dtype));
     return;
   }
   // One contiguous row repeated over every row of dst (a bias spread over a batch): a copy per row.
-  const Shape &ds = dst.shape(), &ss = src.shape();
-  if (dst.dtype() == src.dtype() && !ds.empty() && ss.size() <= ds.size() && !ss.empty() && ss.back() == ds.back() &&
-      (ss.back() == 1 || src.strides().back() == 1) && dst.is_contiguous() &&
+  const std::span<const int64_t> ds = dst.shape, ss = src.shape;
+  if (dst.dtype == src.dtype && !ds.empty() && ss.size() <= ds.size() && !ss.empty() && ss.back() == ds.back() &&
+      (ss.back() == 1 || src.strides.back() == 1) && dst_contiguous &&
       std::all_of(ss.begin(), ss.end() - 1, [](int64_t d) { return d == 1; })) {
-    const size_t row_bytes = static_cast<size_t>(ds.back()) * dtype_size(dst.dtype());
-    const int64_t rows = ds.back() == 0 ? 0 : dst.numel() / ds.back();
-    std::byte* out = dst.raw_data();
-    const std::byte* row = src.raw_data();
-    for (int64_t r = 0; r < rows; ++r) std::memmove(out + static_cast<size_t>(r) * row_bytes, row, row_bytes);
+    const size_t row_bytes = static_cast<size_t>(ds.back()) * dtype_size(dst.dtype);
+    const int64_t rows = ds.back() == 0 ? 0 : numel / ds.back();
+    for (int64_t r = 0; r < rows; ++r) std::memmove(dst.data + static_cast<size_t>(r) * row_bytes, src.data, row_bytes);
     return;
   }
-  const Dims src_strides = broadcast_strides(src, dst.shape());
-  auto loop = collapse_loop<2>(dst.shape(), {dst.strides(), src_strides});
-  dispatch_dtype(dst.dtype(), [&](auto out_tag) {
+  const Dims src_strides = broadcast_strides(src.shape, src.strides, dst.shape);
+  auto loop = collapse_loop<2>(dst.shape, {dst.strides, src_strides});
+  dispatch_dtype(dst.dtype, [&](auto out_tag) {
     using O = decltype(out_tag);
-    dispatch_dtype(src.dtype(), [&](auto in_tag) {
+    dispatch_dtype(src.dtype, [&](auto in_tag) {
       using I = decltype(in_tag);
-      O* out = reinterpret_cast<O*>(dst.raw_data());
-      const I* in = reinterpret_cast<const I*>(src.raw_data());
+      O* out = reinterpret_cast<O*>(dst.data);
+      const I* in = reinterpret_cast<const I*>(src.data);
       run_loop(loop, [&](int64_t n, std::array<int64_t, 2> off, std::array<int64_t, 2> step) {
         O* o = out + off[0];
         const I* a = in + off[1];
