@@ -253,3 +253,21 @@ TEST(Eager, OperationsRunWhileTheirThreadExits) {
   }).join();
   EXPECT_EQ(seen, 4.0);
 }
+
+TEST(Eager, OnlyViewsShareTheirArgumentsStorage) {
+  // Found by the parity trial: a cast to the same dtype, tile by ones, repeat once and a
+  // concatenation of one tensor built nothing and handed back the argument's storage, so writing
+  // the result changed x (NumPy copies); reshape, transpose, slice and flatten are views.
+  Tensor x = Tensor::from<float>({1, 2, 3});
+  Tensor c = cast(x, f32), t = tile(x, {1}), r = repeat(x, 1, 0), k = concatenate({x}, 0);
+  for (Tensor* written : {&c, &t, &r, &k}) {
+    EXPECT_FALSE(written->shares_memory(x));
+    *written += 10.0;
+  }
+  EXPECT_EQ(x.to_vector<float>(), (std::vector<float>{1, 2, 3}));
+  const Tensor m = Tensor::from<float>({1, 2, 3, 4}, {2, 2});
+  EXPECT_TRUE(transpose(m).shares_memory(m));
+  EXPECT_TRUE(slice(m, 0, 0, 1).shares_memory(m));
+  EXPECT_TRUE(reshape(m, {4}).shares_memory(m));
+  EXPECT_TRUE(flatten(m).shares_memory(m));
+}

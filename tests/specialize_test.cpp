@@ -135,3 +135,15 @@ TEST(Specialize, ProductsAndUpdatesKeepANonFiniteScale) {
   EXPECT_EQ(count_op(constant_rate, "sub"), 0) << constant_rate.graph_text();
   expect_values(constant_rate(Tensor::ones({3, 1}), Tensor::from(std::vector<int64_t>{0, 0}), Tensor::ones({2, 1}))[0], {0, 1, 1});
 }
+
+TEST(Specialize, AScaledProductOfOneTermOverflowsOnlyWhereTheProductDoes) {
+  // Found by the parity trial: dot(A, B) * 2 + 1 with a depth of 1 became a gemm that scaled A
+  // before the product: 1e308 * 2 overflowed where 1e308 * 1e-300 * 2 does not.
+  Var A = matrix("A", f64), B = matrix("B", f64);
+  const Tensor a = Tensor::from<double>({1e308, 1e308}, {2, 1}), b = Tensor::from<double>({1e-300, 0.0}, {1, 2});
+  const Var y = dot(A, B) * 2.0 + 1.0;
+  for (Mode mode : {Mode::fast_run(), plain_mode()})
+    expect_values(function({A, B}, {y}, {.mode = mode})(a, b)[0], {2e8 + 1, 1, 2e8 + 1, 1}, 1e-6);
+  const Var row = dot(constant(Tensor::from<double>({1e308, 1e308}, {1, 2})), B * 1e-300) * 2.0 + 1.0;  // a single row
+  expect_values(function({B}, {row})(Tensor::from<double>({1, 2, 3, 4}, {2, 2}))[0], {2 * 4e8 + 1, 2 * 6e8 + 1}, 1e-6);
+}

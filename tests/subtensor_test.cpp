@@ -82,6 +82,8 @@ TEST(Subtensor, IncrementsOfAHigherKindAreRefusedAsNumPy) {
                           {"inc_subtensor", "f64", "i32", "same_kind", "cast(v, i32)", "subtensor_test.cpp"});
   expect_error<TypeError>([&] { inc_subtensor(take(x, constant(Tensor::from<int64_t>({0, 0}))), f); }, {"inc_subtensor", "same_kind"});
   expect_error<TypeError>([&] { inc_subtensor(vector("b", b8)[0], 2.0); }, {"inc_subtensor", "b8"});
+  // Incrementing booleans is refused when the graph is built (it failed only when it ran).
+  expect_error<TypeError>([&] { inc_subtensor(matrix("bm", b8)[0], vector("bv", b8)); }, {"inc_subtensor", "cannot increment b8", "maximum"});
   // A bare number the target holds exactly is taken (x[0:2] += 2), and set_subtensor casts as
   // NumPy's assignment does.
   Function g = function({x}, {inc_subtensor(slice(x, 0, 0, 2), 2.0), set_subtensor(slice(x, 0, 0, 2), 1.5),

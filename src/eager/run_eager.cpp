@@ -43,6 +43,10 @@ struct Entry {
   std::vector<uint8_t> number_cast_to_i32;  // per numeric argument: checked to fit i32 when bound
   std::shared_ptr<Storage> scratch;
   int result_slot = -1;
+  // The result is an argument, or a view of one: only the operations that are views (reshape,
+  // transpose, flatten) hand that on; the others copy it, as NumPy's do (a cast to the same
+  // dtype, tile by ones, a concatenation of one tensor built nothing).
+  bool result_views_argument = false;
   uint64_t last_use = 0;  // the cache's clock when a call last ran it
   size_t n_args = 0;
 };
@@ -205,6 +209,7 @@ std::unique_ptr<Entry> build_entry(EagerBuild build, std::span<const EagerArg> a
     for (auto [out, in] : step->node->op->view_map())
       if (result_storage.contains(step->outputs[static_cast<size_t>(out)]))
         result_storage.insert(step->inputs[static_cast<size_t>(in)]);
+  for (int slot : result_storage) e->result_views_argument = e->result_views_argument || slot < static_cast<int>(args.size());
   // The first run finds every shape (and checks them, with the user's line on any error).
   bind_arguments(*e, args, loc);
   for (size_t k = 0; k < e->steps.size(); ++k) {
@@ -262,11 +267,12 @@ Tensor run(Entry& e, std::span<const EagerArg> args, const Tensor* into, const L
 }  // namespace
 
 Tensor run_eager(EagerBuild build, std::span<const EagerArg> args, std::span<const int64_t> params, const Loc& loc,
-                 const Tensor* into) {
+                 const Tensor* into, bool may_view) {
   follow_num_threads();
   Tensor result;
   {
     const InternalTensors internal;
+    bool views_argument = false;
     if (Cache* cache = PerThread<Cache>::get()) {
       make_key(cache->probe, build, args, params, into != nullptr);
       auto it = cache->entries.find(cache->probe);
@@ -277,9 +283,13 @@ Tensor run_eager(EagerBuild build, std::span<const EagerArg> args, std::span<con
       }
       it->second->last_use = ++cache->clock;
       result = run(*it->second, args, into, loc);
+      views_argument = it->second->result_views_argument;
     } else {  // the thread is exiting (a thread_local's destructor): run without the cache
-      result = run(*build_entry(build, args, params, loc, into), args, into, loc);
+      const std::unique_ptr<Entry> entry = build_entry(build, args, params, loc, into);
+      result = run(*entry, args, into, loc);
+      views_argument = entry->result_views_argument;
     }
+    if (views_argument && !may_view && !into) result = result.clone();
   }
   return TensorBook::handed_over(std::move(result), loc);
 }

@@ -26,7 +26,9 @@ using EagerBuild = Var (*)(std::span<const Var> inputs, std::span<const int64_t>
 // a call runs the nodes through run_node with nothing but the outputs' storage allocated. The
 // result is a fresh tensor made at loc. With `into`, the last node writes into *into (an
 // in-place operation), which must have the result's shape and dtype.
+// may_view: the operation is a view (reshape, transpose, flatten), so its result may share an
+// argument's storage; any other operation's result never does.
 Tensor run_eager(EagerBuild build, std::span<const EagerArg> args, std::span<const int64_t> params, const Loc& loc,
-                 const Tensor* into = nullptr);
+                 const Tensor* into = nullptr, bool may_view = false);
 
 }  // namespace kiln

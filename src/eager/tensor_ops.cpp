@@ -23,6 +23,12 @@ Tensor eager(EagerBuild build, std::initializer_list<EagerArg> args, std::initia
   return run_eager(build, std::span(args.begin(), args.size()), std::span(params.begin(), params.size()), loc);
 }
 
+// An operation that is a view of its argument (its result may share the argument's storage).
+Tensor eager_view(EagerBuild build, std::initializer_list<EagerArg> args, std::initializer_list<int64_t> params,
+                  const Loc& loc) {
+  return run_eager(build, std::span(args.begin(), args.size()), std::span(params.begin(), params.size()), loc, nullptr, true);
+}
+
 Tensor in_place(EagerBuild build, const Tensor& a, const TensorOperand& b) {
   check_writable_view(a, "in-place operation");
   // An operand that overlaps a otherwise than as a itself would be read after it is written.
@@ -114,7 +120,9 @@ KILN_EAGER_UNARY(floor)
 KILN_EAGER_UNARY(ceil)
 KILN_EAGER_UNARY(round)
 KILN_EAGER_UNARY(erf)
-KILN_EAGER_UNARY(transpose)
+Tensor transpose(const Tensor& x, Loc loc) {
+  return eager_view(+[](Vars v, Params, const Loc& l) { return transpose(v[0], l); }, {x}, {}, loc);
+}
 KILN_EAGER_UNARY(zeros_like)
 KILN_EAGER_UNARY(ones_like)
 #undef KILN_EAGER_UNARY
@@ -196,14 +204,14 @@ Tensor cast(const Tensor& x, DType dtype, Loc loc) {
 Tensor dimshuffle(const Tensor& x, std::vector<int64_t> pattern, Loc loc) {
   const EagerArg args[] = {x};
   return run_eager(+[](Vars v, Params p, const Loc& l) { return dimshuffle(v[0], std::vector<int64_t>(p.begin(), p.end()), l); },
-                   args, pattern, loc);
+                   args, pattern, loc, nullptr, true);
 }
 
 namespace {
 Tensor reshape_to(const Tensor& x, Params shape, const Loc& loc) {
   const EagerArg args[] = {x};
   return run_eager(+[](Vars v, Params p, const Loc& l) { return reshape(v[0], Shape(p.begin(), p.end()), l); }, args,
-                   shape, loc);
+                   shape, loc, nullptr, true);
 }
 }  // namespace
 
@@ -214,7 +222,7 @@ Tensor reshape(const Tensor& x, std::initializer_list<int64_t> shape, Loc loc) {
 }
 
 Tensor flatten(const Tensor& x, int64_t outdim, Loc loc) {
-  return eager(+[](Vars v, Params p, const Loc& l) { return flatten(v[0], p[0], l); }, {x}, {outdim}, loc);
+  return eager_view(+[](Vars v, Params p, const Loc& l) { return flatten(v[0], p[0], l); }, {x}, {outdim}, loc);
 }
 
 Tensor tile(const Tensor& x, std::vector<int64_t> reps, Loc loc) {
@@ -255,8 +263,8 @@ Tensor log_softmax(const Tensor& x, int64_t axis, Loc loc) {
 }
 
 Tensor slice(const Tensor& x, int64_t axis, std::optional<int64_t> start, std::optional<int64_t> stop, int64_t step, Loc loc) {
-  return eager(+[](Vars v, Params p, const Loc& l) { return slice(v[0], p[0], optional_at(p, 1), optional_at(p, 3), p[5], l); },
-               {x}, {axis, start.has_value(), start.value_or(0), stop.has_value(), stop.value_or(0), step}, loc);
+  return eager_view(+[](Vars v, Params p, const Loc& l) { return slice(v[0], p[0], optional_at(p, 1), optional_at(p, 3), p[5], l); },
+                    {x}, {axis, start.has_value(), start.value_or(0), stop.has_value(), stop.value_or(0), step}, loc);
 }
 
 Tensor take(const Tensor& x, const Tensor& indices, int64_t axis, Loc loc) {

@@ -79,16 +79,15 @@ template <class T>
 void gemv_rows(int64_t n, int64_t k, T alpha, const T* a, int64_t a_step, const T* b, int64_t ldb, T beta, T* c) {
   for (int64_t j = 0; j < n; ++j) c[j] = beta == T(0) ? T(0) : beta * c[j];  // beta = 0 ignores NaN in C
   int64_t p = 0;
-  for (; p + 4 <= k; p += 4) {
-    const T a0 = alpha * a[p * a_step], a1 = alpha * a[(p + 1) * a_step], a2 = alpha * a[(p + 2) * a_step],
-            a3 = alpha * a[(p + 3) * a_step];
+  for (; p + 4 <= k; p += 4) {  // alpha scales the products, not a (which may overflow alone)
+    const T a0 = a[p * a_step], a1 = a[(p + 1) * a_step], a2 = a[(p + 2) * a_step], a3 = a[(p + 3) * a_step];
     const T *b0 = b + p * ldb, *b1 = b0 + ldb, *b2 = b1 + ldb, *b3 = b2 + ldb;
-    for (int64_t j = 0; j < n; ++j) c[j] += (a0 * b0[j] + a1 * b1[j]) + (a2 * b2[j] + a3 * b3[j]);
+    for (int64_t j = 0; j < n; ++j) c[j] += alpha * ((a0 * b0[j] + a1 * b1[j]) + (a2 * b2[j] + a3 * b3[j]));
   }
   for (; p < k; ++p) {
-    const T ap = alpha * a[p * a_step];
+    const T ap = a[p * a_step];
     const T* bp = b + p * ldb;
-    for (int64_t j = 0; j < n; ++j) c[j] += ap * bp[j];
+    for (int64_t j = 0; j < n; ++j) c[j] += alpha * (ap * bp[j]);
   }
 }
 
@@ -225,16 +224,18 @@ void small_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, cons
 template <class T>
 void rank1_update(int64_t m, int64_t n, T alpha, const T* a, int64_t sa, const T* b, int64_t sb, T beta, T* c, int64_t ldc) {
   // By value: through references, every store into C might change alpha or beta.
+  // alpha scales each product, as alpha * (a b) does: scaling a first overflowed where the product
+  // did not (1e308 * 2 * 1e-300).
   for_this_cpu([m, n, alpha, a, sa, b, sb, beta, c, ldc] {
     for (int64_t i = 0; i < m; ++i) {
-      const T ai = alpha * a[i * sa];
+      const T ai = a[i * sa];
       T* ci = c + i * ldc;
       if (sb != 1)
-        for (int64_t j = 0; j < n; ++j) ci[j] = (beta == T(0) ? T(0) : beta * ci[j]) + ai * b[j * sb];
+        for (int64_t j = 0; j < n; ++j) ci[j] = (beta == T(0) ? T(0) : beta * ci[j]) + alpha * (ai * b[j * sb]);
       else if (beta == T(0))
-        for (int64_t j = 0; j < n; ++j) ci[j] = ai * b[j];
+        for (int64_t j = 0; j < n; ++j) ci[j] = alpha * (ai * b[j]);
       else
-        for (int64_t j = 0; j < n; ++j) ci[j] = beta * ci[j] + ai * b[j];
+        for (int64_t j = 0; j < n; ++j) ci[j] = beta * ci[j] + alpha * (ai * b[j]);
     }
   });
 }

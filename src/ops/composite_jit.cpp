@@ -241,18 +241,7 @@ class ProgramEmitter : public Xbyak::CodeGenerator {
       case ScalarOp::relu:  // x > 0 || x != x ? x : 0
         fmax(d, a[0], constant(0.0));
         return select(d, a[0], a[0], kUnordered, a[0]);
-      case ScalarOp::abs:  // x < 0 ? -x : x
-        fxor(d, a[0], sign_bit());
-        if (isa_ == Isa::avx512) {
-          f64_ ? vcmppd(k1, a[0], constant(0.0), kLess) : vcmpps(k1, a[0], constant(0.0), kLess);
-          f64_ ? vblendmpd(d | k1, a[0], d) : vblendmps(d | k1, a[0], d);
-        } else {
-          const Xmm m = temp();
-          f64_ ? vcmppd(m, a[0], constant(0.0), kLess) : vcmpps(m, a[0], constant(0.0), kLess);
-          f64_ ? vblendvpd(d, a[0], d, m) : vblendvps(d, a[0], d, m);
-          release(m);
-        }
-        return;
+      case ScalarOp::abs: return fand(d, a[0], magnitude_bits());  // fabs: the sign bit cleared
       case ScalarOp::sign: {  // x != x ? x : (0 < x) - (x < 0)
         const Xmm t = temp();
         mask_of(d, a[0], constant(0.0), kGreater, constant(1.0));

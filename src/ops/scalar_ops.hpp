@@ -87,7 +87,10 @@ template <class T, class Body> bool visit_unary(ScalarOp op, Body&& body) {
       case ScalarOp::neg: body([](T x) { return wrapping_neg(x); }, false); return true;
       case ScalarOp::sqr: body([](T x) { return wrapping_mul(x, x); }, false); return true;
       case ScalarOp::relu: body([](T x) { return x > T(0) || x != x ? x : T(0); }, false); return true;  // max(x, 0): NaN stays
-      case ScalarOp::abs: body([](T x) { return x < T(0) ? wrapping_neg(x) : x; }, false); return true;
+      case ScalarOp::abs:  // floats: the sign bit cleared, as fabs (-0 and -NaN lose their sign)
+        if constexpr (std::is_floating_point_v<T>) body([](T x) { return std::fabs(x); }, false);
+        else body([](T x) { return x < T(0) ? wrapping_neg(x) : x; }, false);
+        return true;
       case ScalarOp::sign: body([](T x) { return x != x ? x : static_cast<T>((T(0) < x) - (x < T(0))); }, false); return true;  // NaN as NumPy
       default: break;
     }

@@ -681,6 +681,9 @@ Var update_subtensor(const Var& sub, const Var& value, bool set, const Loc& loc)
     // NumPy's same_kind rule for x[i] += v: an increment of a higher kind (float into integer,
     // number into boolean) would be cut before it is added; a bare number that converts exactly
     // is taken.
+    if (!set && sub.dtype() == DType::b8)  // said when the graph is built, not when it runs
+      throw TypeError(std::string(what) + ": cannot increment b8 values (" + sub.type().str() +
+                      "); cast them to an integer dtype, or use set_subtensor(sub, maximum(sub, v)) for an or (at " + loc_str(loc) + ")");
     auto kind = [](DType d) { return d == DType::b8 ? 0 : is_integer(d) ? 1 : 2; };
     if (!set && value.defined() && kind(value.dtype()) > kind(sub.dtype()) && !exactly_in(value, sub.dtype()))
       throw TypeError(std::string(what) + ": cannot add " + value.type().str() + " increments to " + sub.type().str() +
