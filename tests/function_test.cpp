@@ -283,3 +283,33 @@ TEST(Function, AnAllocationTheSystemRefusesNamesTheOpShapeBytesAndLine) {
   Function to_arena = function({x}, {sum(outer)}, {.mode = plain_mode()});
   expect_error<MemoryError>([&] { to_arena(tall); }, {"bytes", "arena", "dot's output f32(1048576,1048576)", line});
 }
+
+TEST(Function, MemoryReportIsTheLastCallsAfterASharedVariableChangesShape) {
+  // The trial: memory_report() planned the last call's inputs with the shared variables' shapes of
+  // now, so after set_value it gave another size, or failed where they do not broadcast.
+  Var x = vector("x", f64);
+  Shared s = shared(Tensor::zeros({3}, f64), "s");
+  Function f = function({x}, {x * s + 1.0});
+  f(Tensor::zeros({3}, f64));
+  const MemoryReport before = f.memory_report();
+  s.set_value(Tensor::zeros({100000}, f64));
+  const MemoryReport after = f.memory_report();
+  EXPECT_EQ(after.planned_peak_bytes, before.planned_peak_bytes);
+  EXPECT_EQ(after.persistent_bytes, 24);
+}
+
+TEST(Function, ManySignaturesKeepTheValuesRightAsOldPlansAreDropped) {
+  // A plan per signature is kept up to a bound, then the others are dropped and made again: a
+  // kept arena's next call must not take a new plan for the dropped one (it is told apart by id).
+  Var x = matrix("x", f64);
+  Shared w = shared(Tensor::full({3, 3}, 0.5, f64), "w");
+  Function kept = function({x}, {Out(transpose(dot(x, w)) * 2.0, {.borrow = true}), sum(x, {1})}, {.keep_buffers = true});
+  Function fresh = function({x}, {transpose(dot(x, w)) * 2.0, sum(x, {1})});
+  for (int64_t rows : {1, 2, 3}) {
+    for (int64_t b = 1; b <= 70; ++b) kept(random_tensor({b, 3}, f64, -1, 1, static_cast<uint32_t>(b)));
+    const Tensor v = random_tensor({rows, 3}, f64, -1, 1, 99);
+    const std::vector<Tensor> got = kept(v), want = fresh(v);
+    expect_values(got[0], want[0].to_vector<double>(), 1e-12);
+    expect_values(got[1], want[1].to_vector<double>(), 1e-12);
+  }
+}

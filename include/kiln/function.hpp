@@ -121,6 +121,10 @@ struct CompileReport {
 
 struct FunctionImpl;
 
+// A handle on one compiled function: copies name the same function, as copies of a Tensor name
+// the same tensor. They share its settings (trust_input), its plans, the arena each thread keeps
+// (keep_buffers: a borrowed output may be overwritten by a call through any copy) and its profile.
+// Compile again for an independent one.
 class Function {
  public:
   // Outputs are fresh handles made for the caller (in the caller's dispose scope, if any); f(a, b)

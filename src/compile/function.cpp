@@ -43,9 +43,10 @@ struct CallContext {
   std::vector<Tensor> old_shared, new_values;
   RunBuffers run;
   std::shared_ptr<Storage> arena;  // kept between calls (FunctionOptions::keep_buffers)
-  // The plan and arena of the last run that ended without error: its kept slots are ready for a
-  // run of the same plan in the same arena (RunOptions::warm).
-  const MemoryPlan* warm_plan = nullptr;
+  // The plan (by id: a plan the cache dropped may leave its address to another) and arena of the
+  // last run that ended without error: its kept slots are ready for a run of the same plan in the
+  // same arena (RunOptions::warm).
+  uint64_t warm_plan = 0;
   const Storage* warm_arena = nullptr;
 };
 
@@ -142,6 +143,10 @@ struct FunctionImpl {
     }
     best.report.schedules = std::move(tried);
     auto plan = std::make_shared<const MemoryPlan>(std::move(best));
+    // Bounded: a loop whose batch size keeps changing would keep a plan per size for good (67 kB
+    // each for a 20-layer step); past kMostPlans, the others go and are made again when needed.
+    constexpr size_t kMostPlans = 64;
+    if (plans.size() >= kMostPlans) plans.clear();
     plans.emplace(std::move(key), plan);
     return plan;
   }
@@ -761,8 +766,8 @@ void Function::run_call(std::span<const Tensor> args, std::vector<Tensor>& resul
   {  // the planned run; an arena that is not kept is released at the end of this block
     std::shared_ptr<Storage> arena = f.keep_buffers ? f.thread_arena(context, *plan, args, old_shared) : nullptr;
     const Program& schedule = f.schedules[static_cast<size_t>(plan->schedule)];
-    const bool warm = f.keep_buffers && context.warm_plan == plan.get() && context.warm_arena == arena.get();
-    context.warm_plan = nullptr;  // until this run has ended without error
+    const bool warm = f.keep_buffers && context.warm_plan == plan->id && context.warm_arena == arena.get();
+    context.warm_plan = 0;  // until this run has ended without error
     const RunOptions options{.buffers = &context.run, .keeps_arena_slots = f.keep_buffers, .warm = warm};
     if (f.profiling) {
       InstructionTimes call(schedule.code.size());
@@ -781,7 +786,7 @@ void Function::run_call(std::span<const Tensor> args, std::vector<Tensor>& resul
       run_planned(schedule, *plan, slots, arena, options);
     }
     if (f.keep_buffers) {
-      context.warm_plan = plan.get();
+      context.warm_plan = plan->id;
       context.warm_arena = arena.get();
     }
   }
@@ -872,15 +877,22 @@ std::vector<Tensor> Function::run_n(int64_t n) const {
 
 MemoryReport Function::memory_report() const {
   const FunctionImpl& f = impl();
-  std::vector<Shape> shapes;
+  std::shared_ptr<const MemoryPlan> plan;
   {
     std::lock_guard lock(f.plan_mutex);
     if (!f.last_plan)
       throw Error("memory_report: no call of this function has been planned yet (none was made, or each failed before "
                   "its plan); pass the input shapes: memory_report({{...}})");
-    shapes.assign(f.last_plan->signature.begin(), f.last_plan->signature.begin() + static_cast<int64_t>(f.inputs.size()));
+    // The last call's plan itself: its inputs' and its shared variables' shapes (which may have
+    // changed since, by set_value).
+    plan = f.last_plan;
   }
-  return memory_report(shapes);
+  MemoryReport r = plan->report;
+  const Program& p = f.program();
+  r.persistent_bytes = 0;
+  for (size_t i = 0; i < p.shared_slots.size(); ++i)
+    r.persistent_bytes += shape_nbytes(plan->signature[p.input_slots.size() + i], p.slot_vars[p.shared_slots[i].first]->type.dtype);
+  return r;
 }
 
 MemoryReport Function::memory_report(const std::vector<Shape>& input_shapes) const {
