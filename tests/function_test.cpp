@@ -103,6 +103,8 @@ TEST(Function, CompileErrorsSayWhichInputOrUpdate) {
   expect_error<TypeError>([&] { function({s}, {s * 2.0}); }, {"'s'", "shared variable", "implicit"});
   expect_error<TypeError>([&] { function({x, x}, {x}); }, {"'x'", "twice"});
   expect_error<TypeError>([&] { function({}, {s}, {.updates = {{s, s + 1.0}, {s, s * 2.0}}}); }, {"'s'", "updated twice"});
+  expect_error<TypeError>([&] { function({x}, {x}, {.updates = {{s, s + 1.0}, {Shared(x.ptr()), x * 2.0}}}); },
+                          {"update 1 names 'x'", "not a shared variable"});  // it named neither the update nor the value
   expect_error<TypeError>([&] { function({}, {s}, {.updates = {{s, cast(s, f64)}}}); }, {"'s'", "f64", "keep the dtype"});
   expect_error<TypeError>([&] { function({exp(x)}, {x}); }, {"input 0", "computed by exp", "givens"});
 }

@@ -260,8 +260,12 @@ void validate(const std::vector<In>& inputs, const std::vector<Out>& outputs, co
   for (size_t i = 0; i < outputs.size(); ++i)
     if (!outputs[i].variable.defined()) throw TypeError("function: output " + std::to_string(i) + " is an empty Var");
   std::unordered_set<const Variable*> updated;
-  for (const auto& [s, value] : updates) {
-    if (!s.defined() || !s.get()->is_shared()) throw TypeError("function: an update names something that is not a shared variable");
+  for (size_t k = 0; k < updates.size(); ++k) {
+    const auto& [s, value] = updates[k];
+    if (!s.defined() || !s.get()->is_shared())
+      throw TypeError("function: update " + std::to_string(k) + " names " +
+                      (s.defined() ? "'" + s.get()->label() + "' " + s.type().str() : std::string("an empty Var")) +
+                      ", which is not a shared variable; only values made by shared(...) can be updated");
     const std::string name = "'" + s.get()->label() + "'";
     if (!updated.insert(s.get()).second)
       throw TypeError("function: shared variable " + name + " is updated twice; give one update per shared variable");

@@ -14,7 +14,7 @@ std::string Variable::label() const {
       s << constant->item_as_double(0);
       return s.str();
     }
-    return "constant" + constant->str();
+    return "constant " + constant->str();
   }
   return "v" + std::to_string(id);
 }
