@@ -698,6 +698,22 @@ std::span<std::byte> scratch_of(const Instruction& ins, size_t k, const MemoryPl
   return {unplanned_scratch->data(), static_cast<size_t>(bytes)};
 }
 
+// How many instructions ahead the run loop fetches an instruction's executable and handles.
+constexpr size_t kPrefetchAhead = 3;
+
+// The first step fetches the executable and the handles of the instruction's slots; the second,
+// one instruction ahead, what the handles point at.
+void prefetch_operands(const Instruction& ins, const std::vector<Tensor>& slots, bool handles) {
+  if (!ins.executable) return;
+  if (handles) __builtin_prefetch(ins.executable.get());
+  else if (const void* also = ins.executable->also_reads()) __builtin_prefetch(also);
+  for (std::span<const int> list : {ins.inputs, ins.outputs})
+    for (int s : list) {
+      if (handles) TensorHandles::prefetch_handle(slots[static_cast<size_t>(s)]);
+      else TensorHandles::prefetch_geometry(slots[static_cast<size_t>(s)]);
+    }
+}
+
 }  // namespace
 
 std::string program_text(const Program& p) {
@@ -792,8 +808,11 @@ void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& 
   auto release = [&](int s) {
     if (!kept[s]) buffers.release(slots[s], static_cast<size_t>(s));
   };
-  for (size_t k = 0; k < p.code.size();) {
+  const size_t n_code = p.code.size();
+  for (size_t k = 0; k < n_code;) {
     const Instruction& ins = p.code[k];
+    if (k + kPrefetchAhead < n_code) prefetch_operands(p.code[k + kPrefetchAhead], slots, true);
+    if (k + 1 < n_code) prefetch_operands(p.code[k + 1], slots, false);
     if (ins.kind != Instruction::Kind::run) {
       // A condition that failed to compute reads as false: the ifelse fails, its else block and the
       // guards it needs run (what they compute is checked against what fails there).

@@ -91,6 +91,13 @@ class Executable {
   // compiled body knows the shapes its steps compute, shape arithmetic included).
   virtual std::vector<Shape> infer_shapes(const Node& node, const std::vector<Shape>& inputs,
                                           const std::vector<const Tensor*>& values) const;
+
+  // Memory run() reads besides the executable itself (its op's parameters), which the run loop asks
+  // the cache for a few instructions ahead.
+  const void* also_reads() const { return also_reads_; }
+
+ protected:
+  const void* also_reads_ = nullptr;
 };
 
 // One run of an inner program, prepared for inputs of one set of shapes: its slots and memory are
@@ -178,6 +185,7 @@ template <class OpClass> class KernelOf : public Executable {
  public:
   KernelOf(std::shared_ptr<const OpClass> op, const Node& node) : op_(std::move(op)) {
     for (const auto& out : node.outputs) output_dtypes_.push_back(out->type.dtype);
+    also_reads_ = op_.get();
   }
 
  protected:

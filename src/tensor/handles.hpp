@@ -32,6 +32,20 @@ struct TensorHandles {
   // t, a view nobody else holds, moved to another offset of the same storage (a loop stepping
   // through rows): no shape or storage is touched. The caller keeps the offset within the storage.
   static void move(Tensor& t, int64_t offset);
+  // Asks the cache for what running a node reads of t, in two steps a few nodes apart (the second
+  // reads the handle the first fetched): a large program's handles, shapes and storages are
+  // scattered through memory, and waiting for each in turn made a steady call's cost per node grow
+  // with the graph.
+  static void prefetch_handle(const Tensor& t) {
+    if (t.impl_) __builtin_prefetch(t.impl_.get());
+  }
+  static void prefetch_geometry(const Tensor& t) {
+    if (const Tensor::Impl* impl = t.impl_.get()) {
+      __builtin_prefetch(impl->shape.data());
+      __builtin_prefetch(impl->strides.data());
+      __builtin_prefetch(impl->storage.get());
+    }
+  }
 };
 
 }  // namespace kiln
