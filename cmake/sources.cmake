@@ -1,5 +1,6 @@
 set(KILN_SOURCES
   src/tensor/block_pool.cpp
+  src/tensor/page_slab.cpp
   src/tensor/dtype.cpp
   src/tensor/handle_pool.cpp
   src/tensor/isa.cpp

@@ -1,6 +1,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <new>
 #include <shared_mutex>
 #include <span>
 #include <typeindex>
@@ -62,6 +63,12 @@ using OutputValues = Values<Tensor>;
 class Executable {
  public:
   virtual ~Executable() = default;
+  // From the PageSlab where it fits: a steady call reads every node's executable, and together
+  // they stay on few pages.
+  static void* operator new(size_t bytes);
+  static void operator delete(void* p, size_t bytes);
+  static void* operator new(size_t bytes, std::align_val_t align) { return ::operator new(bytes, align); }
+  static void operator delete(void* p, size_t bytes, std::align_val_t align) { ::operator delete(p, bytes, align); }
 
   // The bytes of working memory run() needs for inputs and outputs of these shapes. The planner
   // places them in the call's arena for the one instruction; they hold nothing from one run to

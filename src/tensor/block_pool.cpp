@@ -1,4 +1,5 @@
 #include "tensor/block_pool.hpp"
+#include "tensor/page_slab.hpp"
 #include "tensor/per_thread.hpp"
 
 #include <atomic>
@@ -66,12 +67,12 @@ struct Pool {
   size_t data_bytes = 0;
   ~Pool() {
     for (size_t c = 0; c < kSmallClasses; ++c)
-      while (void* p = small[c].take(small_block_bytes(c))) ::operator delete(p);
+      while (void* p = small[c].take(small_block_bytes(c))) PageSlab::give(p, small_block_bytes(c));
     release_data();
   }
   void release_data() {
     for (size_t c = 0; c < kDataClasses; ++c)
-      while (void* p = data[c].take(data_class_bytes(c))) std::free(p);
+      while (void* p = data[c].take(data_class_bytes(c))) BlockPool::free_data(p, data_class_bytes(c));
     kept_data_on_all_threads.fetch_sub(static_cast<int64_t>(data_bytes), std::memory_order_relaxed);
     data_bytes = 0;
   }
@@ -84,7 +85,9 @@ Pool* this_pool() { return PerThread<Pool>::get(); }
 void* BlockPool::take_small(size_t bytes) {
   if (Pool* pool = this_pool(); pool && bytes <= kSmallBytes)
     if (void* p = pool->small[small_class(bytes)].take(small_block_bytes(small_class(bytes)))) return p;
-  return ::operator new(bytes <= kSmallBytes ? small_block_bytes(small_class(bytes)) : bytes);
+  if (bytes > kSmallBytes) return ::operator new(bytes);
+  if (void* p = PageSlab::take(small_block_bytes(small_class(bytes)))) return p;
+  throw std::bad_alloc();
 }
 
 void BlockPool::give_small(void* p, size_t bytes) {
@@ -92,7 +95,8 @@ void BlockPool::give_small(void* p, size_t bytes) {
     FreeList& list = pool->small[small_class(bytes)];
     if (list.size < kKeptSmallPerClass) return list.give(p, small_block_bytes(small_class(bytes)));
   }
-  ::operator delete(p);
+  if (bytes > kSmallBytes) return ::operator delete(p);
+  PageSlab::give(p, small_block_bytes(small_class(bytes)));
 }
 
 size_t BlockPool::data_class(size_t nbytes) {
@@ -119,6 +123,15 @@ bool BlockPool::keep_data(void* p, size_t class_bytes) {
   pool->data_bytes += class_bytes;
   kept_data_on_all_threads.fetch_add(static_cast<int64_t>(class_bytes), std::memory_order_relaxed);
   return true;
+}
+
+void* BlockPool::new_data(size_t class_bytes) {
+  return PageSlab::holds(class_bytes) ? PageSlab::take(class_bytes) : std::aligned_alloc(kDataAlignment, class_bytes);
+}
+
+void BlockPool::free_data(void* p, size_t class_bytes) {
+  if (PageSlab::holds(class_bytes)) PageSlab::give(p, class_bytes);
+  else std::free(p);
 }
 
 void BlockPool::release_kept_data() {

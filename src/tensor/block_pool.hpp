@@ -22,7 +22,11 @@ struct BlockPool {
   static void* take_data(size_t class_bytes);
   static bool keep_data(void* p, size_t class_bytes);
   static int64_t kept_data_bytes();  // on all threads
-  static void release_kept_data();   // this thread's, to the system
+  static void release_kept_data();   // this thread's, to where they came from
+  // A new data block of class_bytes (a data_class), from the PageSlab when it holds the class,
+  // else the heap; null when the system has no memory left. free_data gives one back.
+  static void* new_data(size_t class_bytes);
+  static void free_data(void* p, size_t class_bytes);
 };
 
 // An allocator for std::allocate_shared (and shared_ptr's control blocks) drawing on the pool.

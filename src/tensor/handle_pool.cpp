@@ -2,6 +2,7 @@
 
 #include "tensor/block_pool.hpp"
 #include "tensor/handles.hpp"
+#include "tensor/page_slab.hpp"
 #include "tensor/per_thread.hpp"
 #include "tensor/tensor_book.hpp"
 
@@ -22,12 +23,27 @@ struct HandleList {
   size_t size = 0;
 };
 
+// Handles come from the PageSlab, so that a program's handles lie together.
+constexpr size_t kHandleBytes = (sizeof(Impl) + 15) / 16 * 16;
+static_assert(PageSlab::holds(kHandleBytes) && alignof(Impl) <= 16);
+
+Impl* new_handle() {
+  void* block = PageSlab::take(kHandleBytes);
+  if (!block) throw std::bad_alloc();
+  return new (block) Impl();
+}
+
+void delete_handle(Impl* m) {
+  m->~Impl();
+  PageSlab::give(m, kHandleBytes);
+}
+
 struct Pool {
   HandleList handles;
   ~Pool() {
     while (Impl* m = handles.head) {
       handles.head = m->live_next;
-      delete m;
+      delete_handle(m);
     }
   }
 };
@@ -42,7 +58,7 @@ struct ReturnHandle {
     }
     Pool* pool = this_pool();
     if (!pool || pool->handles.size == kKeptHandles) {
-      delete m;
+      delete_handle(m);
       return;
     }
     m->storage.reset();
@@ -69,7 +85,7 @@ std::shared_ptr<Impl> TensorHandles::fresh() {
     m->live_next = nullptr;
     --pool->handles.size;
   } else {
-    m = new Impl();
+    m = new_handle();
     // Room for the shapes seen in practice, so that a recycled handle never regrows for them.
     m->shape.reserve(kDimsReserved);
     m->strides.reserve(kDimsReserved);

@@ -101,10 +101,10 @@ size_t capacity(size_t nbytes) {
   return (nbytes + kAlignment - 1) / kAlignment * kAlignment;
 }
 
-void* take_system(size_t rounded) { return rounded >= kCacheMin ? map_block(rounded) : std::aligned_alloc(kAlignment, rounded); }
+void* take_system(size_t rounded) { return rounded >= kCacheMin ? map_block(rounded) : BlockPool::new_data(rounded); }
 void give_back_to_system(void* p, size_t rounded) {
   if (rounded >= kCacheMin) unmap_block(p, rounded);
-  else std::free(p);
+  else BlockPool::free_data(p, rounded);
 }
 
 struct Counters {
