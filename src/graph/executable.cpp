@@ -9,20 +9,8 @@
 
 namespace kiln {
 
-namespace {
-size_t slab_bytes(size_t bytes) { return (bytes + 15) / 16 * 16; }
-}  // namespace
-
-void* Executable::operator new(size_t bytes) {
-  if (!PageSlab::holds(slab_bytes(bytes))) return ::operator new(bytes);
-  if (void* p = PageSlab::take(slab_bytes(bytes))) return p;
-  throw std::bad_alloc();
-}
-
-void Executable::operator delete(void* p, size_t bytes) {
-  if (PageSlab::holds(slab_bytes(bytes))) PageSlab::give(p, slab_bytes(bytes));
-  else ::operator delete(p);
-}
+void* Executable::operator new(size_t bytes) { return PageSlab::allocate(bytes); }
+void Executable::operator delete(void* p, size_t bytes) { PageSlab::deallocate(p, bytes); }
 
 std::vector<Shape> Executable::infer_shapes(const Node& node, const std::vector<Shape>& inputs,
                                             const std::vector<const Tensor*>& values) const {

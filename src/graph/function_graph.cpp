@@ -104,7 +104,7 @@ FunctionGraph::FunctionGraph(std::vector<Var> inputs, const std::vector<Var>& ou
   for (const auto& g : givens) roots.push_back(g.second);
   roots.insert(roots.end(), outputs.begin(), outputs.end());
   for (Node* node : topological_order(roots)) {
-    auto clone = std::make_shared<Node>();
+    auto clone = std::allocate_shared<Node>(SlabAllocator<Node>{});
     clone->op = node->op;
     for (const Var& in : node->inputs) clone->inputs.push_back(lookup(in));
     clone->loc = node->loc;

@@ -10,6 +10,7 @@
 
 #include "kiln/graph.hpp"
 #include "tensor/loc.hpp"
+#include "tensor/page_slab.hpp"
 
 namespace kiln {
 
@@ -72,6 +73,9 @@ void set_values_together(const std::vector<Shared>& variables, const std::vector
 
 class Variable {
  public:
+  // From the PageSlab: passes over a graph read its variables one after another.
+  static void* operator new(size_t bytes) { return PageSlab::allocate(bytes); }
+  static void operator delete(void* p, size_t bytes) { PageSlab::deallocate(p, bytes); }
   Type type;
   std::string name;
   Node* owner = nullptr;  // the node that computes it; null for inputs, constants, shared variables

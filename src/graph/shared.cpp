@@ -70,7 +70,7 @@ bool borrowable(const SharedContainer* self, const Tensor& value, bool borrow) {
 
 Shared shared(const Tensor& value, std::string name, SharedOptions options) {
   const InternalTensors internal;
-  auto v = std::make_shared<Variable>();
+  auto v = std::allocate_shared<Variable>(SlabAllocator<Variable>{});
   v->type = Type{value.dtype(), std::vector<bool>(value.ndim(), false)};
   v->name = std::move(name);
   v->shared = std::make_shared<SharedContainer>();

@@ -87,7 +87,7 @@ std::vector<Var> apply(std::shared_ptr<const Op> op, std::vector<Var> inputs, co
   } catch (const Error& e) {
     e.rethrow_with(std::string(e.what()) + " (at " + loc_str(loc) + ")");
   }
-  auto node = std::make_shared<Node>();
+  auto node = std::allocate_shared<Node>(SlabAllocator<Node>{});
   node->op = std::move(op);
   node->inputs = std::move(inputs);
   node->loc = loc;
@@ -113,7 +113,7 @@ Var apply1(std::shared_ptr<const Op> op, std::vector<Var> inputs, const std::sou
 
 Var::Var(double value) {
   const InternalTensors internal;
-  v_ = std::make_shared<Variable>();
+  v_ = std::allocate_shared<Variable>(SlabAllocator<Variable>{});
   v_->type = Type{DType::f64, {}};
   v_->constant = Tensor::scalar(value);
   v_->weak = true;
@@ -123,7 +123,7 @@ Var::Var(int value) : Var(static_cast<int64_t>(value)) {}
 
 Var::Var(int64_t value) {
   const InternalTensors internal;
-  v_ = std::make_shared<Variable>();
+  v_ = std::allocate_shared<Variable>(SlabAllocator<Variable>{});
   v_->type = Type{DType::i64, {}};
   v_->constant = Tensor::scalar(value);
   v_->weak = true;
@@ -140,7 +140,7 @@ const std::string& Var::name() const {
 }
 
 Var tensor(DType dtype, std::vector<bool> broadcastable, std::string name) {
-  auto v = std::make_shared<Variable>();
+  auto v = std::allocate_shared<Variable>(SlabAllocator<Variable>{});
   v->type = Type{dtype, std::move(broadcastable)};
   v->name = std::move(name);
   return Var(std::move(v));
@@ -153,7 +153,7 @@ Var tensor3(std::string name, DType dtype) { return tensor(dtype, {false, false,
 Var tensor4(std::string name, DType dtype) { return tensor(dtype, {false, false, false, false}, std::move(name)); }
 
 Var constant(const Tensor& value, std::string name) {
-  auto v = std::make_shared<Variable>();
+  auto v = std::allocate_shared<Variable>(SlabAllocator<Variable>{});
   std::vector<bool> bc;
   for (int64_t d : value.shape()) bc.push_back(d == 1);
   v->type = Type{value.dtype(), bc};

@@ -95,4 +95,19 @@ void PageSlab::give(void* p, size_t block_bytes) { slab().give(p, block_bytes); 
 
 #endif
 
+namespace {
+constexpr size_t slab_bytes(size_t bytes) { return (bytes + 15) / 16 * 16; }
+}  // namespace
+
+void* PageSlab::allocate(size_t bytes) {
+  if (!holds(slab_bytes(bytes))) return ::operator new(bytes);
+  if (void* p = take(slab_bytes(bytes))) return p;
+  throw std::bad_alloc();
+}
+
+void PageSlab::deallocate(void* p, size_t bytes) {
+  if (holds(slab_bytes(bytes))) give(p, slab_bytes(bytes));
+  else ::operator delete(p);
+}
+
 }  // namespace kiln

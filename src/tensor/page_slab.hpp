@@ -17,6 +17,21 @@ struct PageSlab {
   // is a multiple of 64, else 16; null when the system has no memory left.
   static void* take(size_t block_bytes);
   static void give(void* p, size_t block_bytes);
+
+  // The slab's block for `bytes` (rounded up to 16), or the heap's past kMaxBytes; throws
+  // std::bad_alloc. For objects a steady call or a pass over a graph reads one after another.
+  static void* allocate(size_t bytes);
+  static void deallocate(void* p, size_t bytes);
+};
+
+// An allocator for std::allocate_shared drawing on PageSlab::allocate.
+template <class T> struct SlabAllocator {
+  using value_type = T;
+  SlabAllocator() = default;
+  template <class U> SlabAllocator(const SlabAllocator<U>&) {}  // NOLINT: rebinding
+  T* allocate(size_t n) { return static_cast<T*>(PageSlab::allocate(n * sizeof(T))); }
+  void deallocate(T* p, size_t n) { PageSlab::deallocate(p, n * sizeof(T)); }
+  template <class U> bool operator==(const SlabAllocator<U>&) const { return true; }
 };
 
 }  // namespace kiln
