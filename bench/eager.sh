@@ -6,7 +6,8 @@
 # per evaluation of the row, the median of 7 repetitions each the mean over many iterations
 # (bench/eager_common.hpp); each side runs REPEATS times (default 2, alternating) and keeps each
 # row's lowest median. ratio = LibTorch time / kiln time (above 1: kiln is faster). For kiln
-# also what a steady iteration allocates: operator new calls (new/it), storages made by kiln's
+# also what a steady iteration allocates: operator new calls and blocks of kiln's slab of small
+# objects (new/it), storages made by kiln's
 # allocator (alloc/it) and of those the blocks taken from the system (sys/it), and the change of
 # live storages and live tensors over the counted iterations (dStor, dTens). Last, kiln's 10^6
 # iterations of a + b each in a DisposeScope, which must leave live storages and live tensors

@@ -1,7 +1,7 @@
 // The eager benchmark, kiln's side (bench/eager.sh): eager operations on Tensors, each run at once
 // (no fusion). "bench_eager_kiln THREADS" prints one line per row (bench/eager_common.hpp), with the
 // heap allocations of a steady iteration: operator new calls (counted by this executable's
-// replacement, on every thread), the storages kiln's allocator made (allocator_stats()
+// replacement, on every thread) and blocks taken from kiln's slab of small objects, the storages kiln's allocator made (allocator_stats()
 // .n_allocations) and of those the ones that took a new block from the system
 // (.n_system_allocations: the tensors' data, which operator new does not see), and the change of
 // live storages and live tensors over the counted iterations. Then 10^6 iterations of a + b on 10 floats, each in a
@@ -30,7 +30,7 @@ struct Snapshot {
   int64_t news, allocations, system_allocations, live_storages, live_tensors;
   static Snapshot now() {
     const kiln::AllocatorStats a = kiln::allocator_stats();
-    return {operator_new_calls.load(), a.n_allocations, a.n_system_allocations, a.live_storages, kiln::scope_statistics().live};
+    return {allocations_so_far(), a.n_allocations, a.n_system_allocations, a.live_storages, kiln::scope_statistics().live};
   }
 };
 

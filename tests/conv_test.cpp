@@ -140,12 +140,12 @@ TEST(Conv2d, ASteadyTrainingStepAllocatesNothingAndMatchesAtOneAndTwoThreads) {
     std::vector<Tensor> outputs;
     for (int i = 0; i < 2; ++i) step.call(args, outputs);
     losses[threads - 1].reserve(5);
-    const int64_t before = operator_new_calls.load();
+    const int64_t before = allocations_so_far();
     for (int i = 0; i < 5; ++i) {
       step.call(args, outputs);
       losses[threads - 1].push_back(outputs[0].item<double>());
     }
-    EXPECT_EQ(operator_new_calls.load() - before, 0) << threads << " threads";
+    EXPECT_EQ(allocations_so_far() - before, 0) << threads << " threads";
   }
   for (size_t i = 0; i < losses[0].size(); ++i) EXPECT_NEAR(losses[0][i], losses[1][i], 1e-6 * std::fabs(losses[0][i]));
   EXPECT_LT(losses[0].back(), losses[0].front());

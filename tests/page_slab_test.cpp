@@ -1,8 +1,11 @@
 #include "tensor/page_slab.hpp"
 
 #include <gtest/gtest.h>
+#include <kiln/kiln.hpp>
+#include <sys/mman.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <thread>
@@ -71,6 +74,7 @@ TEST(PageSlab, ThreadsGetBlocksOfTheirOwn) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < kBlocks; ++i) {
         void* p = PageSlab::take(64);
+        ASSERT_NE(p, nullptr);
         std::memset(p, t, 64);
         taken[t].push_back(p);
         if (i % 3 == 2) {
@@ -89,6 +93,76 @@ TEST(PageSlab, ThreadsGetBlocksOfTheirOwn) {
   std::sort(all.begin(), all.end());
   EXPECT_EQ(std::adjacent_find(all.begin(), all.end()), all.end()) << "a block was handed to two takers";
   for (void* p : all) PageSlab::give(p, 64);
+}
+
+// Chunks whose blocks have all come back are unmapped by release_free_chunks (the newest stays),
+// and what the slab keeps free drops by them; blocks are handed out afterwards as before.
+TEST(PageSlab, ReleasesChunksWithNoBlockInUse) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer builds take blocks from the heap";
+#else
+  constexpr size_t kChunk = size_t{2} << 20;
+  std::vector<void*> blocks;
+  for (int i = 0; i < 1600; ++i) blocks.push_back(PageSlab::take(4096));  // over three chunks
+  const uintptr_t first_chunk = address(blocks.front()) & ~(kChunk - 1);
+  const uintptr_t last_chunk = address(blocks.back()) & ~(kChunk - 1);
+  ASSERT_NE(first_chunk, last_chunk);
+  for (void* p : blocks) PageSlab::give(p, 4096);
+  const int64_t free_before = PageSlab::free_bytes();
+  EXPECT_GE(free_before, 1600 * 4096);
+  PageSlab::release_free_chunks();
+  EXPECT_LE(PageSlab::free_bytes(), free_before - static_cast<int64_t>(2 * kChunk));
+  unsigned char resident = 0;
+  errno = 0;
+  EXPECT_EQ(mincore(reinterpret_cast<void*>(first_chunk), 4096, &resident), -1) << "the first chunk is still mapped";
+  EXPECT_EQ(errno, ENOMEM);
+  void* again = PageSlab::take(4096);
+  ASSERT_NE(again, nullptr);
+  std::memset(again, 1, 4096);
+  PageSlab::give(again, 4096);
+#endif
+}
+
+// A chunk with one block still in use stays mapped, and the block stays usable.
+TEST(PageSlab, KeepsAChunkWithABlockInUse) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer builds take blocks from the heap";
+#else
+  std::vector<void*> blocks;
+  for (int i = 0; i < 1200; ++i) blocks.push_back(PageSlab::take(2048));
+  void* kept = blocks[10];
+  std::memset(kept, 7, 2048);
+  for (void* p : blocks)
+    if (p != kept) PageSlab::give(p, 2048);
+  PageSlab::release_free_chunks();
+  unsigned char resident = 0;
+  EXPECT_EQ(mincore(reinterpret_cast<void*>(address(kept) & ~((size_t{2} << 20) - 1)), 4096, &resident), 0);
+  EXPECT_EQ(static_cast<unsigned char*>(kept)[2047], 7);
+  PageSlab::give(kept, 2048);
+#endif
+}
+
+// Through the public API: a small tensor's blocks count in n_slab_blocks; dropped, they are kept
+// (this thread's pools) until release_cached_memory() hands the thread's pools back to the slab
+// and the slab's free chunks to the system (all but the newest and any chunk where a block is
+// still in use).
+TEST(PageSlab, AllocatorStatsCountTheSlab) {
+  constexpr int64_t kTensors = 3000, kChunk = int64_t{2} << 20;
+  const int64_t taken_before = allocator_stats().n_slab_blocks;
+  {
+    std::vector<Tensor> small;
+    for (int i = 0; i < kTensors; ++i) small.push_back(Tensor::zeros({1024}));  // 4 KiB of data each
+    EXPECT_GE(allocator_stats().n_slab_blocks - taken_before, kTensors);
+  }
+  const AllocatorStats kept = allocator_stats();
+  EXPECT_GE(kept.bytes_cached, kTensors * 4096);
+  release_cached_memory();
+  const AllocatorStats released = allocator_stats();
+  EXPECT_LE(released.bytes_cached, kept.bytes_cached - kTensors * 4096);
+#if !defined(__SANITIZE_ADDRESS__)
+  // What the thread kept went to the slab, and the slab's free chunks to the system.
+  EXPECT_LE(released.slab_free_bytes, kept.slab_free_bytes + 3 * kChunk);
+#endif
 }
 
 }  // namespace

@@ -33,9 +33,9 @@ struct TrainingStep {
 int64_t allocations_per_steady_call(const Function& f, const std::vector<Tensor>& args) {
   std::vector<Tensor> outputs;
   for (int i = 0; i < 3; ++i) f.call(args, outputs);
-  const int64_t before = operator_new_calls.load();
+  const int64_t before = allocations_so_far();
   for (int i = 0; i < 10; ++i) f.call(args, outputs);
-  return (operator_new_calls.load() - before) / 10;
+  return (allocations_so_far() - before) / 10;
 }
 
 }  // namespace
@@ -161,9 +161,9 @@ TEST(SteadyCall, AScopedEagerLoopAllocatesNothingAfterItsFirstPass) {
     for (int i = 0; i < 3; ++i) step();
     const AllocatorStats before = allocator_stats();
     const ScopeStatistics counted_before = scope_statistics();
-    const int64_t news_before = operator_new_calls.load();
+    const int64_t news_before = allocations_so_far();
     for (int i = 0; i < 20; ++i) step();
-    EXPECT_EQ(operator_new_calls.load() - news_before, 0) << threads << " threads";
+    EXPECT_EQ(allocations_so_far() - news_before, 0) << threads << " threads";
     const AllocatorStats after = allocator_stats();
     EXPECT_EQ(after.n_system_allocations, before.n_system_allocations) << "every storage came from the pool";
     EXPECT_GT(after.n_allocations, before.n_allocations);
@@ -186,9 +186,9 @@ TEST(SteadyCall, ADropoutTrainingStepAllocatesNothing) {
   const std::vector<Tensor> args{Tensor::ones({8, 20})};
   std::vector<Tensor> out;
   for (int i = 0; i < 3; ++i) step.call(args, out);
-  const int64_t before = operator_new_calls.load();
+  const int64_t before = allocations_so_far();
   for (int i = 0; i < 20; ++i) step.call(args, out);
-  EXPECT_EQ(operator_new_calls.load() - before, 0);
+  EXPECT_EQ(allocations_so_far() - before, 0);
   set_num_threads(threads_before);
 }
 
@@ -201,9 +201,9 @@ TEST(SteadyCall, ASparseProductAllocatesNothing) {
   std::vector<Tensor> args = sparse_parts(x_value), out;
   args.push_back(Tensor::ones({3, 4}));
   for (int i = 0; i < 3; ++i) f.call(args, out);
-  const int64_t before = operator_new_calls.load();
+  const int64_t before = allocations_so_far();
   for (int i = 0; i < 20; ++i) f.call(args, out);
-  EXPECT_EQ(operator_new_calls.load() - before, 0);
+  EXPECT_EQ(allocations_so_far() - before, 0);
 }
 
 TEST(SteadyCall, AVectorOutputAllocatesNothing) {

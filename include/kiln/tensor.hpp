@@ -92,11 +92,17 @@ struct AllocatorStats {
   // blocks of 1 MiB or more shared, up to 512 MiB.
   int64_t bytes_cached = 0;
   int64_t n_system_allocations = 0;  // of n_allocations, those that took a new block from the system
+  // kiln's small objects (tensor handles and storage objects, data of 4 KiB or less, graph nodes,
+  // executables) come from a slab of 2 MiB chunks: the blocks taken from it so far (new or
+  // reused; memory operator new does not see), and the bytes of its blocks not in use.
+  int64_t n_slab_blocks = 0;
+  int64_t slab_free_bytes = 0;
 };
 AllocatorStats allocator_stats();
 void reset_peak_bytes();
-// Returns the cached blocks to the system: the shared ones and the calling thread's small ones
-// (another thread's small blocks go when it exits).
+// Returns the cached blocks: the shared ones and the calling thread's small ones to where they came
+// from (another thread's small blocks go when it exits), then the slab's chunks none of whose
+// blocks is in use to the system.
 void release_cached_memory();
 
 // Threads for kernels and matrix products (one OpenMP runtime for everything).

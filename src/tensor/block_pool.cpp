@@ -65,7 +65,8 @@ struct Pool {
   FreeList small[kSmallClasses];
   FreeList data[kDataClasses];
   size_t data_bytes = 0;
-  ~Pool() {
+  ~Pool() { release(); }
+  void release() {
     for (size_t c = 0; c < kSmallClasses; ++c)
       while (void* p = small[c].take(small_block_bytes(c))) PageSlab::give(p, small_block_bytes(c));
     release_data();
@@ -134,8 +135,8 @@ void BlockPool::free_data(void* p, size_t class_bytes) {
   else std::free(p);
 }
 
-void BlockPool::release_kept_data() {
-  if (Pool* pool = this_pool()) pool->release_data();
+void BlockPool::release_kept() {
+  if (Pool* pool = this_pool()) pool->release();
 }
 
 int64_t BlockPool::kept_data_bytes() { return kept_data_on_all_threads.load(std::memory_order_relaxed); }

@@ -5,13 +5,14 @@
 namespace kiln {
 
 // Released memory blocks, kept per thread and handed out again for the same size class, so that a
-// loop making tensors of the same sizes goes to the heap only on its first pass. A block may be
+// loop making tensors of the same sizes takes new memory only on its first pass. A block may be
 // released on another thread than the one that took it; it is then kept by the releasing thread.
-// Each list is bounded; what a thread keeps is freed when it exits.
+// Each list is bounded; what a thread keeps goes back where it came from when it exits.
 struct BlockPool {
   // Blocks of up to kSmallBytes (handles' reference counts, storage objects): 16-byte classes.
   static constexpr size_t kSmallBytes = 128;
-  static void* take_small(size_t bytes);  // never null; operator new when none is kept
+  // Never null (std::bad_alloc): from the PageSlab when none is kept (operator new past kSmallBytes).
+  static void* take_small(size_t bytes);
   static void give_small(void* p, size_t bytes);
 
   // Tensor data blocks below kDataBytes, 64-byte aligned. data_class is the capacity of the block
@@ -22,7 +23,8 @@ struct BlockPool {
   static void* take_data(size_t class_bytes);
   static bool keep_data(void* p, size_t class_bytes);
   static int64_t kept_data_bytes();  // on all threads
-  static void release_kept_data();   // this thread's, to where they came from
+  // This thread's kept blocks, small ones and data, to where they came from.
+  static void release_kept();
   // A new data block of class_bytes (a data_class), from the PageSlab when it holds the class,
   // else the heap; null when the system has no memory left. free_data gives one back.
   static void* new_data(size_t class_bytes);

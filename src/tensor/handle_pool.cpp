@@ -40,11 +40,13 @@ void delete_handle(Impl* m) {
 
 struct Pool {
   HandleList handles;
-  ~Pool() {
+  ~Pool() { release(); }
+  void release() {
     while (Impl* m = handles.head) {
       handles.head = m->live_next;
       delete_handle(m);
     }
+    handles.size = 0;
   }
 };
 
@@ -76,6 +78,10 @@ struct ReturnHandle {
 };
 
 }  // namespace
+
+void TensorHandles::release_kept() {
+  if (Pool* pool = this_pool()) pool->release();
+}
 
 std::shared_ptr<Impl> TensorHandles::fresh() {
   Impl* m = nullptr;

@@ -29,6 +29,8 @@ struct TensorHandles {
   // Releases t's storage and keeps the handle for reseat when t is the only handle on its tensor
   // (it then reads as disposed); returns false, leaving t alone, otherwise.
   static bool park(Tensor& t);
+  // Frees the handles this thread keeps for reuse (release_cached_memory()).
+  static void release_kept();
   // t, a view nobody else holds, moved to another offset of the same storage (a loop stepping
   // through rows): no shape or storage is touched. The caller keeps the offset within the storage.
   static void move(Tensor& t, int64_t offset);

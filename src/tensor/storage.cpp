@@ -10,6 +10,8 @@
 
 #include "kiln/tensor.hpp"
 #include "tensor/block_pool.hpp"
+#include "tensor/handles.hpp"
+#include "tensor/page_slab.hpp"
 
 namespace kiln {
 namespace {
@@ -102,7 +104,7 @@ size_t capacity(size_t nbytes) {
 }
 
 void* take_system(size_t rounded) { return rounded >= kCacheMin ? map_block(rounded) : BlockPool::new_data(rounded); }
-void give_back_to_system(void* p, size_t rounded) {
+void give_back(void* p, size_t rounded) {
   if (rounded >= kCacheMin) unmap_block(p, rounded);
   else BlockPool::free_data(p, rounded);
 }
@@ -149,7 +151,7 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes) {
   try {
     storage = make(static_cast<std::byte*>(p), nbytes, true);
   } catch (...) {  // no object to own the block: it goes back
-    give_back_to_system(p, rounded);
+    give_back(p, rounded);
     throw;
   }
   auto& c = counters();  // counted once the storage exists: its destructor uncounts it
@@ -174,7 +176,7 @@ Storage::~Storage() {
   if (!owned_) return;
   const size_t rounded = capacity(nbytes_);
   const bool kept = rounded < BlockPool::kDataBytes ? BlockPool::keep_data(data_, rounded) : keep_cached(data_, rounded);
-  if (!kept) give_back_to_system(data_, rounded);
+  if (!kept) give_back(data_, rounded);
   auto& c = counters();
   c.bytes_in_use.fetch_sub(static_cast<int64_t>(nbytes_), std::memory_order_relaxed);
   c.live_storages.fetch_sub(1, std::memory_order_relaxed);
@@ -188,11 +190,14 @@ AllocatorStats allocator_stats() {
     cached = static_cast<int64_t>(cache().bytes);
   }
   return {c.bytes_in_use.load(), c.peak_bytes.load(),      c.n_allocations.load(),
-          c.live_storages.load(), cached + BlockPool::kept_data_bytes(), c.n_system_allocations.load()};
+          c.live_storages.load(), cached + BlockPool::kept_data_bytes(),
+          c.n_system_allocations.load(), PageSlab::blocks_taken(), PageSlab::free_bytes()};
 }
 
 void release_cached_memory() {
-  BlockPool::release_kept_data();
+  TensorHandles::release_kept();
+  BlockPool::release_kept();
+  PageSlab::release_free_chunks();
   BlockCache& c = cache();
   std::lock_guard lock(c.mutex);
   for (const BlockCache::Block& b : c.blocks) unmap_block(b.data, b.bytes);
