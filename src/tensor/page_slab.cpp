@@ -30,7 +30,7 @@ void* PageSlab::take(size_t block_bytes) {
 }
 void PageSlab::give(void* p, size_t) { ::operator delete(p, std::align_val_t{64}); }
 int64_t PageSlab::free_bytes() { return 0; }
-void PageSlab::release_free_chunks() { slab().release_free_chunks(); }
+void PageSlab::release_free_chunks() {}
 
 #else
 
