@@ -48,6 +48,8 @@ void uncount(void* p) {
   if (p) in_use.fetch_sub(static_cast<int64_t>(malloc_usable_size(p)));
 }
 
+size_t whole_pages(size_t len) { return (len + 4095) / 4096 * 4096; }
+
 // The anonymous mappings counted, as address ranges in a fixed table (no allocation while
 // counting): munmap subtracts the part of a range it unmaps and keeps the rest, so that a mapping
 // trimmed to an aligned part is counted as what remains.
@@ -70,7 +72,7 @@ struct Mappings {
   }
   void unmap(void* p, size_t len) {
     const std::lock_guard lock(mutex);
-    const uintptr_t begin = reinterpret_cast<uintptr_t>(p), end = begin + (len + 4095) / 4096 * 4096;
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(p), end = begin + whole_pages(len);
     for (int i = 0; i < n;) {
       const Range r = ranges[i];
       if (r.end <= begin || end <= r.begin) {
@@ -144,7 +146,7 @@ int posix_memalign(void** out, size_t alignment, size_t n) {
 void* mmap(void* addr, size_t len, int prot, int flags, int fd, off_t offset) {
   void* p = libc_mmap()(addr, len, prot, flags, fd, offset);
   if (p != MAP_FAILED && (flags & MAP_ANONYMOUS) && called_from_kiln(__builtin_return_address(0)))
-    mappings().map(p, (len + 4095) / 4096 * 4096);
+    mappings().map(p, whole_pages(len));
   return p;
 }
 int munmap(void* addr, size_t len) {

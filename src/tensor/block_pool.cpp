@@ -87,8 +87,7 @@ void* BlockPool::take_small(size_t bytes) {
   if (Pool* pool = this_pool(); pool && bytes <= kSmallBytes)
     if (void* p = pool->small[small_class(bytes)].take(small_block_bytes(small_class(bytes)))) return p;
   if (bytes > kSmallBytes) return ::operator new(bytes);
-  if (void* p = PageSlab::take(small_block_bytes(small_class(bytes)))) return p;
-  throw std::bad_alloc();
+  return PageSlab::allocate(small_block_bytes(small_class(bytes)));
 }
 
 void BlockPool::give_small(void* p, size_t bytes) {

@@ -24,18 +24,13 @@ struct HandleList {
 };
 
 // Handles come from the PageSlab, so that a program's handles lie together.
-constexpr size_t kHandleBytes = (sizeof(Impl) + 15) / 16 * 16;
-static_assert(PageSlab::holds(kHandleBytes) && alignof(Impl) <= 16);
+static_assert(sizeof(Impl) <= PageSlab::kMaxBytes && alignof(Impl) <= 16);
 
-Impl* new_handle() {
-  void* block = PageSlab::take(kHandleBytes);
-  if (!block) throw std::bad_alloc();
-  return new (block) Impl();
-}
+Impl* new_handle() { return new (PageSlab::allocate(sizeof(Impl))) Impl(); }
 
 void delete_handle(Impl* m) {
   m->~Impl();
-  PageSlab::give(m, kHandleBytes);
+  PageSlab::deallocate(m, sizeof(Impl));
 }
 
 struct Pool {
