@@ -29,6 +29,9 @@ namespace kiln {
 
 namespace {
 int debug_level();  // KILN_DEBUG
+// How many shared variables ahead a call asks the cache for a container (half as many for the
+// value's handle, which the container points at).
+constexpr size_t kSharedAhead = 8;
 }  // namespace
 
 // What one thread's calls of a function reuse, so that a steady call allocates nothing: the
@@ -90,8 +93,10 @@ struct FunctionImpl {
   std::vector<SharedContainer*> unread_updated;
   std::vector<size_t> hold_of_update;  // per update: its hold (a shared slot index, or after them)
   // Shared slot indices and unread updated variables (numbered after the slots) by container
-  // address: the one global order in which every call takes its locks.
+  // address: the one global order in which every call takes its locks; and their containers in
+  // that order.
   std::vector<size_t> shared_order;
+  std::vector<const SharedContainer*> containers_in_order;
   // Plans per signature (input and shared-variable shapes) and per set of lent buffers (the
   // borrowed inputs, then the updated shared variables, that this call may overwrite), and the
   // arena each thread keeps between its calls: a borrowed output stays valid until the same
@@ -589,6 +594,7 @@ Function function(std::vector<In> given_inputs, std::vector<Out> outputs, Functi
   std::iota(f->shared_order.begin(), f->shared_order.end(), size_t{0});
   std::sort(f->shared_order.begin(), f->shared_order.end(),
             [&](size_t a, size_t b) { return std::less<>()(container_of(a), container_of(b)); });
+  for (size_t h : f->shared_order) f->containers_in_order.push_back(container_of(h));
   if (checks && (checks->ops || checks->nan_guard)) {
     f->op_checks = OpChecks{checks->nan_guard};
     f->result_in_single_precision = computed_in_single_precision(f->graph->outputs());
@@ -641,12 +647,17 @@ class ContextUse {
   ContextUse& operator=(const ContextUse&) = delete;
   void keep_arena_slots(const MemoryPlan* plan) { plan_ = plan; }
   ~ContextUse() {
-    context_.run.parked.resize(context_.slots.size());
+    std::vector<Tensor>& slots = context_.slots;
+    RunBuffers& run = context_.run;
+    run.parked.resize(slots.size());
     // Values the plan holds (constants, values computed once) stay for the next call, and, with a
     // kept arena, the values in it.
-    for (size_t s = 0; s < context_.slots.size(); ++s)
-      if (!(plan_ && (plan_->value[s].defined() || (keeps_arena_ && plan_->in_arena[s]))))
-        context_.run.release(context_.slots[s], s);
+    if (plan_) {
+      run.keep_for(*plan_, {}, slots.size(), keeps_arena_, false);
+      for (int s : run.not_kept) run.release(slots[static_cast<size_t>(s)], static_cast<size_t>(s));
+    } else {
+      for (size_t s = 0; s < slots.size(); ++s) run.release(slots[s], s);
+    }
     for (auto& hold : context_.holds) hold.reset();
     for (auto& read : context_.reads) read.reset();
     for (Tensor& t : context_.old_shared) t = Tensor();
@@ -735,7 +746,13 @@ void Function::run_call(std::span<const Tensor> args, std::vector<Tensor>& resul
   if (reads.size() != n_shared) reads = std::vector<std::optional<SharedContainer::Read>>(n_shared);
   std::vector<Tensor>& old_shared = context.old_shared;
   old_shared.resize(n_shared);
-  for (size_t i : f.shared_order) {
+  const size_t n_order = f.shared_order.size();
+  for (size_t n = 0; n < n_order; ++n) {
+    // A large graph's variables lie scattered through memory: their containers and handles are
+    // asked for a few variables ahead, so that the waits overlap.
+    if (n + kSharedAhead < n_order) __builtin_prefetch(f.containers_in_order[n + kSharedAhead]);
+    if (n + kSharedAhead / 2 < n_order) f.containers_in_order[n + kSharedAhead / 2]->prefetch_value();
+    const size_t i = f.shared_order[n];
     if (i >= n_shared) {  // updated, not read: held, so that its new value is stored in this order too
       holds[i].emplace(*f.unread_updated[i - n_shared]);
       continue;

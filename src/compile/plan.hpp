@@ -114,8 +114,12 @@ struct RunBuffers {
   // holds, a kept arena's slot, a kept input): one byte read per release, for the plan and the
   // options it was made for.
   std::vector<uint8_t> kept;
+  std::vector<int> not_kept;  // the slots where kept is 0, in order
   uint64_t kept_for = 0;  // MemoryPlan::id
   uint8_t kept_options = 0;
+  // Sets kept and not_kept for this plan and these options, unless they are set for them.
+  void keep_for(const MemoryPlan& plan, std::span<const int> input_slots, size_t n_slots, bool keeps_arena_slots,
+                bool keeps_inputs);
   // Per slot: the parked handle (tensor/handles.hpp) of a view released by an earlier run, which
   // the view's executable re-views in place.
   std::vector<Tensor> parked;

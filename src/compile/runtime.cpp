@@ -699,7 +699,7 @@ std::span<std::byte> scratch_of(const Instruction& ins, size_t k, const MemoryPl
 }
 
 // How many instructions ahead the run loop fetches an instruction's executable and handles.
-constexpr size_t kPrefetchAhead = 3;
+constexpr size_t kPrefetchAhead = 4;
 
 // The first step fetches the executable and the handles of the instruction's slots; the second,
 // one instruction ahead, what the handles point at.
@@ -735,6 +735,26 @@ std::string program_text(const Program& p) {
     text += "\n";
   }
   return text;
+}
+
+// Values the plan holds (constants, values computed once) are never released, nor, in a kept
+// arena, the values in it, nor kept inputs.
+void RunBuffers::keep_for(const MemoryPlan& plan, std::span<const int> input_slots, size_t n_slots, bool keeps_arena_slots,
+                          bool keeps_inputs) {
+  if (keeps_inputs && kept_input.size() != n_slots) {
+    kept_input.assign(n_slots, false);
+    for (int s : input_slots) kept_input[static_cast<size_t>(s)] = true;
+  }
+  const uint8_t options = static_cast<uint8_t>(keeps_arena_slots | keeps_inputs << 1);
+  if (kept_for == plan.id && kept_options == options && kept.size() == n_slots) return;
+  kept.assign(n_slots, 0);
+  not_kept.clear();
+  for (size_t s = 0; s < n_slots; ++s) {
+    kept[s] = plan.value[s].defined() || (keeps_arena_slots && plan.in_arena[s]) || (keeps_inputs && kept_input[s]);
+    if (!kept[s]) not_kept.push_back(static_cast<int>(s));
+  }
+  kept_for = plan.id;
+  kept_options = options;
 }
 
 void RunBuffers::release(Tensor& slot, size_t s) {
@@ -788,22 +808,7 @@ void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& 
   std::vector<Tensor>& before = buffers.before;
   std::shared_ptr<Storage> unplanned_scratch;
   buffers.parked.resize(slots.size());
-  // Values the plan holds (constants, values computed once) are never released, nor, in a kept
-  // arena, the values in it.
-  std::vector<bool>& kept_input = buffers.kept_input;
-  if (options.keeps_inputs && kept_input.size() != slots.size()) {
-    kept_input.assign(slots.size(), false);
-    for (int s : p.input_slots) kept_input[static_cast<size_t>(s)] = true;
-  }
-  const uint8_t kept_options = static_cast<uint8_t>(options.keeps_arena_slots | options.keeps_inputs << 1);
-  if (buffers.kept_for != plan.id || buffers.kept_options != kept_options || buffers.kept.size() != slots.size()) {
-    buffers.kept.assign(slots.size(), 0);
-    for (size_t s = 0; s < slots.size(); ++s)
-      buffers.kept[s] = plan.value[s].defined() || (options.keeps_arena_slots && plan.in_arena[s]) ||
-                        (options.keeps_inputs && kept_input[s]);
-    buffers.kept_for = plan.id;
-    buffers.kept_options = kept_options;
-  }
+  buffers.keep_for(plan, p.input_slots, slots.size(), options.keeps_arena_slots, options.keeps_inputs);
   const uint8_t* kept = buffers.kept.data();
   auto release = [&](int s) {
     if (!kept[s]) buffers.release(slots[s], static_cast<size_t>(s));
@@ -812,7 +817,7 @@ void run_planned(const Program& p, const MemoryPlan& plan, std::vector<Tensor>& 
   for (size_t k = 0; k < n_code;) {
     const Instruction& ins = p.code[k];
     if (k + kPrefetchAhead < n_code) prefetch_operands(p.code[k + kPrefetchAhead], slots, true);
-    if (k + 1 < n_code) prefetch_operands(p.code[k + 1], slots, false);
+    if (k + 2 < n_code) prefetch_operands(p.code[k + 2], slots, false);
     if (ins.kind != Instruction::Kind::run) {
       // A condition that failed to compute reads as false: the ifelse fails, its else block and the
       // guards it needs run (what they compute is checked against what fails there).

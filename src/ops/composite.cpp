@@ -10,6 +10,7 @@
 #include "ops/composite_jit.hpp"
 #include "tensor/copy.hpp"
 #include "tensor/dispatch.hpp"
+#include "tensor/same_shape.hpp"
 #include "tensor/small_vector.hpp"
 #include "tensor/isa.hpp"
 #include "tensor/parallel.hpp"
@@ -336,7 +337,9 @@ class CompositeKernel final : public KernelOf<Composite> {
     std::vector<DType> input_dtypes(reg_dtype_.begin(), reg_dtype_.begin() + static_cast<int64_t>(node.inputs.size()));
     for (const Var& in : node.inputs)
       scalar_input_.push_back(std::ranges::all_of(in.type().broadcastable, [](bool b) { return b; }));
-    compiled_ = CompiledProgram::compile(this->op().program(), input_dtypes, scalar_input_, active_isa(), this->op().extra_outputs());
+    compiled_ = CompiledProgram::compile(this->op().program(), input_dtypes, std::vector<bool>(scalar_input_.begin(), scalar_input_.end()),
+                                         active_isa(), this->op().extra_outputs());
+    in_place_ready_ = compiled_ && !this->op().reduction();
     for (const ScalarInstruction& ins : this->op().program()) {
       std::vector<DType> arg_dtypes;
       for (int a : ins.args) arg_dtypes.push_back(reg_dtype_[static_cast<size_t>(a)]);
@@ -415,9 +418,9 @@ class CompositeKernel final : public KernelOf<Composite> {
   bool operands_in_place(InputValues in, OutputValues out) const {
     const Shape& shape = out[0].shape();
     for (const Tensor& o : out)
-      if (o.shape() != shape || !o.is_contiguous()) return false;
+      if (!same_shape(o.shape(), shape) || !o.is_contiguous()) return false;
     for (size_t i = 0; i < in.size(); ++i)
-      if (!scalar_input_[i] && (in[i].shape() != shape || !in[i].is_contiguous())) return false;
+      if (!scalar_input_[i] && (!same_shape(in[i].shape(), shape) || !in[i].is_contiguous())) return false;
     return true;
   }
   // Where block b starts in a thread's scratch: 64-byte aligned and, for full blocks, skewed by
@@ -435,11 +438,13 @@ class CompositeKernel final : public KernelOf<Composite> {
   // smallest L1 data cache seen (32 KiB).
   static constexpr size_t kL1Bytes = 16 << 10;
   static constexpr int64_t kMinBlock = 256, kMaxBlock = 2048;
-  std::vector<DType> reg_dtype_;
-  std::vector<bool> scalar_input_;
-  // The program as machine code for the instruction set active when the node was compiled; the
-  // interpreter runs it under any other.
+  // What every run reads first, together: the program as machine code for the instruction set
+  // active when the node was compiled (the interpreter runs it under any other), whether it may
+  // run over operands in place (no reduction), and which inputs are one value.
   std::shared_ptr<const CompiledProgram> compiled_;
+  bool in_place_ready_ = false;
+  SmallVector<bool, 16> scalar_input_;
+  std::vector<DType> reg_dtype_;
   // Per instruction set, each instruction's loop for the interpreter; where each one's operands
   // start in the flat operand list.
   std::array<std::vector<BlockLoop>, 3> loops_;
@@ -497,7 +502,7 @@ void CompositeKernel::run(InputValues in, OutputValues out, std::span<std::byte>
   const Composite& composite = op();
   // The common case first: every input that is not one value has the outputs' shape, and they all
   // lie contiguous, so the compiled loop runs over them in place with nothing to work out.
-  if (compiled_ && !composite.reduction() && compiled_->isa() == active_isa() && operands_in_place(in, out))
+  if (in_place_ready_ && compiled_->isa() == active_isa() && operands_in_place(in, out))
     return run_in_place(*compiled_, in, scalar_input_, out);
   const auto& program = composite.program();
   const auto& reduction = composite.reduction();

@@ -519,7 +519,7 @@ constexpr size_t kMostPrograms = 4096;
 
 }  // namespace
 
-void run_in_place(const CompiledProgram& code, InputValues inputs, const std::vector<bool>& single, OutputValues outs) {
+void run_in_place(const CompiledProgram& code, InputValues inputs, std::span<const bool> single, OutputValues outs) {
   const int64_t total = outs[0].numel();
   bool streaming = streams(static_cast<int64_t>(outs[0].nbytes()), total);
   for (const Tensor& out : outs) streaming = streaming && reinterpret_cast<uintptr_t>(out.raw_data()) % 64 == 0;

@@ -59,6 +59,6 @@ inline bool streams(int64_t out_bytes, int64_t elements) {
 // Runs code over every element of the outputs (all of one shape), each input read in place:
 // contiguous in that shape, or, where single[i], one value. Threads take ranges aligned for the
 // streaming stores of outputs larger than the caches.
-void run_in_place(const CompiledProgram& code, InputValues inputs, const std::vector<bool>& single, OutputValues outs);
+void run_in_place(const CompiledProgram& code, InputValues inputs, std::span<const bool> single, OutputValues outs);
 
 }  // namespace kiln

@@ -11,6 +11,8 @@
 #include "tensor/dispatch.hpp"
 #include "tensor/isa.hpp"
 #include "tensor/nd_loop.hpp"
+#include "tensor/same_shape.hpp"
+#include "tensor/small_vector.hpp"
 
 namespace kiln {
 
@@ -310,7 +312,7 @@ class ElemwiseKernel final : public KernelOf<Elemwise> {
       single_.push_back(std::ranges::all_of(in.type().broadcastable, [](bool b) { return b; }));
     }
     const std::vector<ScalarInstruction> program{{this->op().scalar_op(), node.outputs[0]->type.dtype, args}};
-    compiled_ = CompiledProgram::compile(program, dtypes, single_, active_isa());
+    compiled_ = CompiledProgram::compile(program, dtypes, std::vector<bool>(single_.begin(), single_.end()), active_isa());
   }
 
   void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
@@ -335,11 +337,11 @@ class ElemwiseKernel final : public KernelOf<Elemwise> {
   bool reads_in_place(InputValues in, const Tensor& o) const {
     if (!o.is_contiguous()) return false;
     for (size_t i = 0; i < in.size(); ++i)
-      if (!single_[i] && (in[i].shape() != o.shape() || !in[i].is_contiguous())) return false;
+      if (!single_[i] && (!same_shape(in[i].shape(), o.shape()) || !in[i].is_contiguous())) return false;
     return true;
   }
 
-  std::vector<bool> single_;  // per input: one value by its type (every axis broadcastable)
+  SmallVector<bool, 4> single_;  // per input: one value by its type (every axis broadcastable)
   std::shared_ptr<const CompiledProgram> compiled_;
 };
 
