@@ -282,3 +282,20 @@ TEST(Tensor, NoElementsMeansNoWorkHoweverLargeTheOtherDimensions) {
   Var x = matrix("x");
   EXPECT_EQ(function({x}, {exp(transpose(x)) * 2.0})(z)[0].shape(), (Shape{INT64_MAX, 0}));
 }
+
+// Two storages kiln allocated never overlap, so shares_memory answers them without their shapes;
+// a storage that borrows memory (Tensor::wrap) is compared byte for byte, even where it borrows
+// from one kiln allocated.
+TEST(Tensor, SharesMemoryAcrossOwnedAndBorrowedStorages) {
+  const Tensor a = Tensor::zeros({4, 8}), b = Tensor::zeros({4, 8});
+  EXPECT_FALSE(a.shares_memory(b));
+  EXPECT_TRUE(a.shares_memory(a.view({2, 8}, {8, 1}, 16)));
+  const Tensor wrapped_tail = Tensor::wrap(const_cast<float*>(a.data<float>()) + 16, {2, 8});
+  EXPECT_TRUE(wrapped_tail.shares_memory(a));
+  EXPECT_TRUE(a.shares_memory(wrapped_tail));
+  EXPECT_FALSE(wrapped_tail.shares_memory(a.view({2, 8}, {8, 1}, 0))) << "the head of a and its tail do not overlap";
+  EXPECT_FALSE(wrapped_tail.shares_memory(b));
+  std::vector<float> user(16);
+  EXPECT_TRUE(Tensor::wrap(user.data(), {16}).shares_memory(Tensor::wrap(user.data() + 15, {1})));
+  EXPECT_FALSE(Tensor::wrap(user.data(), {8}).shares_memory(Tensor::wrap(user.data() + 8, {8})));
+}

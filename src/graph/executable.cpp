@@ -6,6 +6,7 @@
 #include "graph/op.hpp"
 #include "tensor/handles.hpp"
 #include "tensor/page_slab.hpp"
+#include "tensor/same_dims.hpp"
 
 namespace kiln {
 
@@ -20,7 +21,7 @@ std::vector<Shape> Executable::infer_shapes(const Node& node, const std::vector<
 void set_view(Tensor& out, const Tensor& base, std::span<const int64_t> shape, std::span<const int64_t> strides,
               int64_t offset) {
   if (out.defined() && !out.is_disposed() && out.same_storage(base) && out.dtype() == base.dtype() &&
-      out.offset() == offset && std::ranges::equal(out.shape(), shape) && std::ranges::equal(out.strides(), strides))
+      out.offset() == offset && same_dims(out.shape(), shape) && same_dims(out.strides(), strides))
     return;
   TensorHandles::reseat(out, base.storage(), base.dtype(), shape, strides, offset);
 }

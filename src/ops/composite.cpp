@@ -10,7 +10,7 @@
 #include "ops/composite_jit.hpp"
 #include "tensor/copy.hpp"
 #include "tensor/dispatch.hpp"
-#include "tensor/same_shape.hpp"
+#include "tensor/same_dims.hpp"
 #include "tensor/small_vector.hpp"
 #include "tensor/isa.hpp"
 #include "tensor/parallel.hpp"
@@ -418,9 +418,9 @@ class CompositeKernel final : public KernelOf<Composite> {
   bool operands_in_place(InputValues in, OutputValues out) const {
     const Shape& shape = out[0].shape();
     for (const Tensor& o : out)
-      if (!same_shape(o.shape(), shape) || !o.is_contiguous()) return false;
+      if (!same_dims(o.shape(), shape) || !o.is_contiguous()) return false;
     for (size_t i = 0; i < in.size(); ++i)
-      if (!scalar_input_[i] && (!same_shape(in[i].shape(), shape) || !in[i].is_contiguous())) return false;
+      if (!scalar_input_[i] && (!same_dims(in[i].shape(), shape) || !in[i].is_contiguous())) return false;
     return true;
   }
   // Where block b starts in a thread's scratch: 64-byte aligned and, for full blocks, skewed by

@@ -11,7 +11,7 @@
 #include "tensor/dispatch.hpp"
 #include "tensor/isa.hpp"
 #include "tensor/nd_loop.hpp"
-#include "tensor/same_shape.hpp"
+#include "tensor/same_dims.hpp"
 #include "tensor/small_vector.hpp"
 
 namespace kiln {
@@ -337,7 +337,7 @@ class ElemwiseKernel final : public KernelOf<Elemwise> {
   bool reads_in_place(InputValues in, const Tensor& o) const {
     if (!o.is_contiguous()) return false;
     for (size_t i = 0; i < in.size(); ++i)
-      if (!single_[i] && (!same_shape(in[i].shape(), o.shape()) || !in[i].is_contiguous())) return false;
+      if (!single_[i] && (!same_dims(in[i].shape(), o.shape()) || !in[i].is_contiguous())) return false;
     return true;
   }
 

@@ -152,10 +152,11 @@ namespace {
 
 class DimShuffleKernel final : public KernelOf<DimShuffle> {
  public:
-  using KernelOf::KernelOf;
+  DimShuffleKernel(std::shared_ptr<const DimShuffle> op, const Node& node)
+      : KernelOf(std::move(op), node), pattern_(std::span<const int64_t>(this->op().pattern())) {}
   void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
     const Tensor& x = in[0];
-    const auto& pattern = op().pattern();
+    const auto& pattern = pattern_;
     for (int64_t d = 0; d < x.ndim(); ++d)
       if (std::find(pattern.begin(), pattern.end(), d) == pattern.end() && x.shape()[d] != 1)
         throw ShapeError(op().name() + ": dropped axis " + std::to_string(d) + " has size " + std::to_string(x.shape()[d]) +
@@ -167,6 +168,9 @@ class DimShuffleKernel final : public KernelOf<DimShuffle> {
     }
     set_view(out[0], x, shape, strides, x.offset());
   }
+
+ private:
+  SmallVector<int64_t, 6> pattern_;  // the op's, kept here: each run reads it
 };
 
 // A view of a contiguous input; an input it cannot view is copied into a buffer of the output's
