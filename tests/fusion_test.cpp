@@ -21,6 +21,29 @@ TEST(Fusion, BroadcastScalarsAndStridedInputs) {
   EXPECT_EQ(count_op(f, "composite"), 1);
 }
 
+// An operand that is neither one value nor in the result's shape is copied into the fused loop's
+// blocks a run along the last axis at a time: every layout and element size of such an operand,
+// with blocks that end inside a row.
+TEST(Fusion, BroadcastOperandsOfEveryLayoutAgreeWithTheUnfusedOps) {
+  Var x = matrix("x"), bias = tensor(f32, {true, false}, "bias");  // a row over a batch
+  Function f = compare_with_plain({x, bias}, {tanh(x + bias)}, {random_tensor({7, 1000}, f32), random_tensor({1, 1000}, f32, -1, 1, 3)}, 1e-6);
+  EXPECT_EQ(count_op(f, "composite"), 1);
+  Var m = matrix("m", f64), v = vector("v", f64), column = tensor(f64, {false, true}, "column");
+  compare_with_plain({m, v}, {exp(m) * v + v}, {random_tensor({500, 3}), random_tensor({3}, f64, -1, 1, 4)});  // runs of 3
+  compare_with_plain({m, column}, {sqrt(abs(m)) - column}, {random_tensor({301, 7}), random_tensor({301, 1}, f64, -1, 1, 5)});
+  Var images = tensor4("images"), per_channel = tensor(f32, {true, false, true, true}, "per_channel");
+  compare_with_plain({images, per_channel}, {exp(-images) * per_channel},
+                     {random_tensor({3, 5, 9, 11}, f32), random_tensor({1, 5, 1, 1}, f32, -1, 1, 6)}, 1e-6);
+  Var cube = tensor3("cube", f64), middle = tensor(f64, {false, true, false}, "middle");
+  compare_with_plain({cube, middle}, {cube * middle - 1.0}, {random_tensor({4, 6, 50}), random_tensor({4, 1, 50}, f64, -1, 1, 8)});
+  Tensor transposed = random_tensor({40, 300}).view({300, 40}, {1, 300}, 0);  // a stride along the last axis
+  compare_with_plain({m, v}, {exp(m) + v}, {transposed, random_tensor({40}, f64, -1, 1, 9)});
+  std::vector<bool> keep(1000);
+  for (size_t j = 0; j < keep.size(); ++j) keep[j] = j % 3 != 0;
+  Var mask = tensor(DType::b8, {true, false}, "mask");  // one byte an element
+  compare_with_plain({x, mask}, {where(mask, exp(x), -x)}, {random_tensor({5, 1000}, f32), Tensor::from(keep, {1, 1000})}, 1e-6);
+}
+
 TEST(Fusion, MixedDtypesComparisonsAndWhere) {
   Var x = vector("x", f32), k = vector("k", i32);
   Var z = where(x > 0.0, cast(k, f32) * x, -x) + 1.0;

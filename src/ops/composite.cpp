@@ -166,9 +166,30 @@ template <Isa isa> BlockLoop loop_for(const ScalarInstruction& ins, std::span<co
 }
 
 
-// Copies block [start, start+n) of a broadcast input (row-major order of `shape`) into dst.
+// n copies of the element at src.
+void splat_element(std::byte* dst, const std::byte* src, int64_t n, size_t elem) {
+  auto fill = [&](auto tag) {
+    using T = decltype(tag);
+    T value;
+    std::memcpy(&value, src, sizeof(T));
+    std::fill_n(reinterpret_cast<T*>(dst), n, value);
+  };
+  if (elem == 8) fill(uint64_t{});
+  else if (elem == 4) fill(uint32_t{});
+  else if (elem == 2) fill(uint16_t{});
+  else
+    for (int64_t k = 0; k < n; ++k) std::memcpy(dst + k * static_cast<int64_t>(elem), src, elem);
+}
+
+// Copies block [start, start+n) of a broadcast input (row-major order of `shape`) into dst, a run
+// along the last axis at a time: a row spread over a batch (a bias) copies whole runs, a value
+// stretched along the last axis (a per-channel bias of an image) fills them.
 void gather(const InputPlan& in, std::span<const int64_t> shape, int64_t start, int64_t n, size_t elem, std::byte* dst) {
   const int64_t nd = static_cast<int64_t>(shape.size());
+  if (nd == 0) {
+    std::memcpy(dst, in.base, elem * static_cast<size_t>(n));
+    return;
+  }
   Dims index(nd, 0);
   int64_t rest = start, offset = 0;
   for (int64_t d = nd - 1; d >= 0; --d) {
@@ -176,9 +197,21 @@ void gather(const InputPlan& in, std::span<const int64_t> shape, int64_t start, 
     rest /= shape[d];
     offset += index[d] * in.strides[d];
   }
-  for (int64_t i = 0; i < n; ++i) {
-    std::memcpy(dst + i * elem, in.base + offset * static_cast<int64_t>(elem), elem);
-    for (int64_t d = nd - 1; d >= 0; --d) {
+  const int64_t last = nd - 1, inner = shape[last], step = in.strides[last], es = static_cast<int64_t>(elem);
+  for (int64_t i = 0; i < n;) {
+    const int64_t run = std::min(inner - index[last], n - i);
+    std::byte* out = dst + i * es;
+    const std::byte* src = in.base + offset * es;
+    if (step == 1) std::memcpy(out, src, static_cast<size_t>(run * es));
+    else if (step == 0) splat_element(out, src, run, elem);
+    else
+      for (int64_t k = 0; k < run; ++k) std::memcpy(out + k * es, src + k * step * es, elem);
+    i += run;
+    offset += run * step;
+    if ((index[last] += run) < inner) continue;
+    offset -= inner * step;
+    index[last] = 0;
+    for (int64_t d = last - 1; d >= 0; --d) {
       offset += in.strides[d];
       if (++index[d] < shape[d]) break;
       offset -= in.strides[d] * shape[d];
@@ -577,11 +610,7 @@ void CompositeKernel::run(InputValues in, OutputValues out, std::span<std::byte>
     SmallVector<const void*, 32> reg(n_regs, nullptr);
     auto block_ptr = [&](size_t r) { return base + static_cast<size_t>(block_of_reg_[r]) * stride; };
     for (int i = 0; i < n_inputs; ++i)
-      if (plans[i].feed == Feed::splat) {
-        const size_t es = dtype_size(reg_dtype_[i]);
-        std::byte* dst = block_ptr(static_cast<size_t>(i));
-        for (int64_t k = 0; k < block; ++k) std::memcpy(dst + k * es, plans[i].base, es);
-      }
+      if (plans[i].feed == Feed::splat) splat_element(block_ptr(static_cast<size_t>(i)), plans[i].base, block, dtype_size(reg_dtype_[i]));
     SmallVector<Operand, 64> args = operands;
     SmallVector<void*, 32> dsts;
     for (size_t k = 0; k < program.size(); ++k) dsts.push_back(block_ptr(static_cast<size_t>(n_inputs) + k));
