@@ -1,6 +1,9 @@
 #include <iostream>
 
+#include "count_operator_new.hpp"
 #include "ops/blas.hpp"
+#include "ops/gemm_choice.hpp"
+#include "ops/openblas.hpp"
 #include "tensor/isa.hpp"
 #include "test_util.hpp"
 
@@ -164,4 +167,28 @@ TEST(Blas, ProductsOfIntegersAreComputedAndReturnedInF64) {
   expect_values(product, {19, 22, 43, 50}, 0);
   expect_values(eval1({a, b}, matmul(a, b), {av, bv}), {19, 22, 43, 50}, 0);
   EXPECT_EQ(dot(v, v).dtype(), f64);
+}
+
+// A product whose library KILN_GEMM pins is not timed, and its calls pay for no trial: no
+// allocation in a steady loop (each call used to allocate the trial's private output). The same
+// path serves every new shape once the table of timed choices is full.
+TEST(Blas, AProductThatIsNotTimedAllocatesNothing) {
+  if (!openblas()) GTEST_SKIP() << "OpenBLAS is not installed: one candidate library, no product is timed";
+  setenv("KILN_GEMM", "openblas", 1);  // read once per process, at its first product
+  const bool pinned = pinned_gemm() == GemmLibrary::openblas;
+  unsetenv("KILN_GEMM");
+  if (!pinned) GTEST_SKIP() << "this process ran a product before the test pinned the library (the suite run as one process)";
+  set_num_threads(1);
+  constexpr int64_t m = 2, n = 2, k = 40;
+  std::vector<float> a(m * k, 0.5f), b(k * n, 0.25f), c(m * n);
+  std::vector<std::byte> scratch(1 << 16);
+  auto product = [&] {
+    gemm(f32, m, n, k, 1.0, MatrixView{reinterpret_cast<const std::byte*>(a.data()), m, k, k, 1},
+         MatrixView{reinterpret_cast<const std::byte*>(b.data()), k, n, n, 1}, 0.0, reinterpret_cast<std::byte*>(c.data()), n, scratch);
+  };
+  product();
+  const int64_t before = allocations_so_far();
+  for (int i = 0; i < 10; ++i) product();
+  EXPECT_EQ(allocations_so_far() - before, 0);
+  EXPECT_FLOAT_EQ(c[0], 0.125f * static_cast<float>(k));
 }

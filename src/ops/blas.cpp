@@ -321,8 +321,11 @@ void blas_product(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, co
     if (known) {
       if (std::ranges::find(candidates, *known) != candidates.end()) kernel = *known;
     } else {
-      std::vector<T> trial_c(static_cast<size_t>(m * n));
+      // Made only when a trial runs: a shape that is not timed (a library pinned by KILN_GEMM, the
+      // table of choices full) comes here on every call.
+      std::vector<T> trial_c;
       kernel = measure_gemm(shape, std::span<const GemmLibrary>(candidates.begin(), candidates.end()), [&](GemmLibrary candidate) {
+        trial_c.resize(static_cast<size_t>(m * n));
         run_gemm_kernel<T>(candidate, ta, tb, m, n, k, alpha, a, lda, b, ldb, T(0), trial_c.data(), n, scratch);
       });
     }
