@@ -315,3 +315,26 @@ TEST(Function, ManySignaturesKeepTheValuesRightAsOldPlansAreDropped) {
     expect_values(got[1], want[1].to_vector<double>(), 1e-12);
   }
 }
+
+// A call's plan outlives the call even when other threads' calls drop it from the plan cache
+// meanwhile (70 new shapes while one long call runs): the call's end read a freed plan before
+// (AddressSanitizer reports it; plain builds crashed with a poisoning allocator).
+TEST(Function, ACallKeepsItsPlanWhileOtherCallsReplaceTheCache) {
+  Var x = matrix("x", f64);
+  Function f = function({x}, {exp(x) * 2.0 + 1.0});
+  const Tensor big = Tensor::zeros({2000, 2000}, f64);
+  std::atomic<bool> started{false};
+  std::vector<Tensor> long_result;
+  std::thread long_call([&] {
+    started = true;
+    long_result = f({big});
+  });
+  std::thread new_shapes([&] {
+    while (!started) std::this_thread::yield();
+    for (int64_t k = 1; k <= 70; ++k) EXPECT_DOUBLE_EQ(f({Tensor::zeros({k, 1}, f64)})[0].to_vector<double>().back(), 3.0);
+  });
+  long_call.join();
+  new_shapes.join();
+  ASSERT_EQ(long_result.size(), 1u);
+  EXPECT_DOUBLE_EQ(long_result[0].to_vector<double>().back(), 3.0);
+}

@@ -38,6 +38,14 @@ TEST(Fusion, BroadcastOperandsOfEveryLayoutAgreeWithTheUnfusedOps) {
   compare_with_plain({cube, middle}, {cube * middle - 1.0}, {random_tensor({4, 6, 50}), random_tensor({4, 1, 50}, f64, -1, 1, 8)});
   Tensor transposed = random_tensor({40, 300}).view({300, 40}, {1, 300}, 0);  // a stride along the last axis
   compare_with_plain({m, v}, {exp(m) + v}, {transposed, random_tensor({40}, f64, -1, 1, 9)});
+  compare_with_plain({images, per_channel}, {tanh(images + per_channel) * 2.0},  // trailing axes of size 1
+                     {random_tensor({6, 5, 1, 1}, f32, -1, 1, 10), random_tensor({1, 5, 1, 1}, f32, -1, 1, 11)}, 1e-6);
+  Tensor reversed = random_tensor({40}, f64, -1, 1, 12);
+  reversed = reversed.view({40}, {-1}, 39);  // a negative stride
+  compare_with_plain({m, v}, {m * v}, {random_tensor({30, 40}), reversed});
+  Tensor stretched = random_tensor({30, 1}, f64, -1, 1, 13).view({30, 40}, {1, 0}, 0);  // a user's stride 0
+  Var full = matrix("full", f64);
+  compare_with_plain({m, full}, {exp(m) - full}, {random_tensor({30, 40}), stretched});
   std::vector<bool> keep(1000);
   for (size_t j = 0; j < keep.size(); ++j) keep[j] = j % 3 != 0;
   Var mask = tensor(DType::b8, {true, false}, "mask");  // one byte an element

@@ -29,8 +29,7 @@ namespace kiln {
 
 namespace {
 int debug_level();  // KILN_DEBUG
-// How many shared variables ahead a call asks the cache for a container (half as many for the
-// value's handle, which the container points at).
+// How many shared variables ahead a call asks the cache for a container.
 constexpr size_t kSharedAhead = 8;
 }  // namespace
 
@@ -645,18 +644,19 @@ class ContextUse {
   ContextUse(CallContext& context, bool keeps_arena) : context_(context), keeps_arena_(keeps_arena) {}
   ContextUse(const ContextUse&) = delete;
   ContextUse& operator=(const ContextUse&) = delete;
-  void keep_arena_slots(const MemoryPlan* plan) { plan_ = plan; }
+  void keep_arena_slots(std::shared_ptr<const MemoryPlan> plan) { plan_ = std::move(plan); }
   ~ContextUse() {
     std::vector<Tensor>& slots = context_.slots;
     RunBuffers& run = context_.run;
     run.parked.resize(slots.size());
     // Values the plan holds (constants, values computed once) stay for the next call, and, with a
-    // kept arena, the values in it.
-    if (plan_) {
-      run.keep_for(*plan_, {}, slots.size(), keeps_arena_, false);
+    // kept arena, the values in it: the run listed the others. A call that failed before its run
+    // tests each slot instead (a destructor allocates nothing).
+    if (plan_ && run.kept_set_for(*plan_, slots.size(), keeps_arena_, false)) {
       for (int s : run.not_kept) run.release(slots[static_cast<size_t>(s)], static_cast<size_t>(s));
     } else {
-      for (size_t s = 0; s < slots.size(); ++s) run.release(slots[s], s);
+      for (size_t s = 0; s < slots.size(); ++s)
+        if (!(plan_ && (plan_->value[s].defined() || (keeps_arena_ && plan_->in_arena[s])))) run.release(slots[s], s);
     }
     for (auto& hold : context_.holds) hold.reset();
     for (auto& read : context_.reads) read.reset();
@@ -669,7 +669,8 @@ class ContextUse {
  private:
   CallContext& context_;
   bool keeps_arena_;
-  const MemoryPlan* plan_ = nullptr;
+  // Shared: another thread's calls may drop the plan from the cache while this call runs.
+  std::shared_ptr<const MemoryPlan> plan_;
 };
 
 }  // namespace
@@ -748,10 +749,10 @@ void Function::run_call(std::span<const Tensor> args, std::vector<Tensor>& resul
   old_shared.resize(n_shared);
   const size_t n_order = f.shared_order.size();
   for (size_t n = 0; n < n_order; ++n) {
-    // A large graph's variables lie scattered through memory: their containers and handles are
-    // asked for a few variables ahead, so that the waits overlap.
+    // A large graph's variables lie scattered through memory: their containers are asked for a few
+    // variables ahead, so that the waits overlap. (Not the handles they hold: reading one before
+    // taking the container's lock would race with a store by another call.)
     if (n + kSharedAhead < n_order) __builtin_prefetch(f.containers_in_order[n + kSharedAhead]);
-    if (n + kSharedAhead / 2 < n_order) f.containers_in_order[n + kSharedAhead / 2]->prefetch_value();
     const size_t i = f.shared_order[n];
     if (i >= n_shared) {  // updated, not read: held, so that its new value is stored in this order too
       holds[i].emplace(*f.unread_updated[i - n_shared]);
@@ -783,7 +784,7 @@ void Function::run_call(std::span<const Tensor> args, std::vector<Tensor>& resul
     run_planned(p, unplanned(p), reference, nullptr, {.checks = &*f.op_checks});
   }
   const auto plan = f.plan_for_call(slots, old_shared, lent);
-  use.keep_arena_slots(plan.get());
+  use.keep_arena_slots(plan);
   {  // the planned run; an arena that is not kept is released at the end of this block
     std::shared_ptr<Storage> arena = f.keep_buffers ? f.thread_arena(context, *plan, args, old_shared) : nullptr;
     const Program& schedule = f.schedules[static_cast<size_t>(plan->schedule)];

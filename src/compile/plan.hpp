@@ -120,6 +120,7 @@ struct RunBuffers {
   // Sets kept and not_kept for this plan and these options, unless they are set for them.
   void keep_for(const MemoryPlan& plan, std::span<const int> input_slots, size_t n_slots, bool keeps_arena_slots,
                 bool keeps_inputs);
+  bool kept_set_for(const MemoryPlan& plan, size_t n_slots, bool keeps_arena_slots, bool keeps_inputs) const;
   // Per slot: the parked handle (tensor/handles.hpp) of a view released by an earlier run, which
   // the view's executable re-views in place.
   std::vector<Tensor> parked;

@@ -702,7 +702,7 @@ std::span<std::byte> scratch_of(const Instruction& ins, size_t k, const MemoryPl
 constexpr size_t kPrefetchAhead = 4;
 
 // The first step fetches the executable and the handles of the instruction's slots; the second,
-// one instruction ahead, what the handles point at.
+// a few instructions later, what the handles point at.
 void prefetch_operands(const Instruction& ins, const std::vector<Tensor>& slots, bool handles) {
   if (!ins.executable) return;
   if (handles) __builtin_prefetch(ins.executable.get());
@@ -745,8 +745,7 @@ void RunBuffers::keep_for(const MemoryPlan& plan, std::span<const int> input_slo
     kept_input.assign(n_slots, false);
     for (int s : input_slots) kept_input[static_cast<size_t>(s)] = true;
   }
-  const uint8_t options = static_cast<uint8_t>(keeps_arena_slots | keeps_inputs << 1);
-  if (kept_for == plan.id && kept_options == options && kept.size() == n_slots) return;
+  if (kept_set_for(plan, n_slots, keeps_arena_slots, keeps_inputs)) return;
   kept.assign(n_slots, 0);
   not_kept.clear();
   for (size_t s = 0; s < n_slots; ++s) {
@@ -754,7 +753,11 @@ void RunBuffers::keep_for(const MemoryPlan& plan, std::span<const int> input_slo
     if (!kept[s]) not_kept.push_back(static_cast<int>(s));
   }
   kept_for = plan.id;
-  kept_options = options;
+  kept_options = static_cast<uint8_t>(keeps_arena_slots | keeps_inputs << 1);
+}
+
+bool RunBuffers::kept_set_for(const MemoryPlan& plan, size_t n_slots, bool keeps_arena_slots, bool keeps_inputs) const {
+  return kept_for == plan.id && kept_options == static_cast<uint8_t>(keeps_arena_slots | keeps_inputs << 1) && kept.size() == n_slots;
 }
 
 void RunBuffers::release(Tensor& slot, size_t s) {

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "kiln/graph.hpp"
-#include "tensor/handles.hpp"
 #include "tensor/loc.hpp"
 #include "tensor/page_slab.hpp"
 
@@ -29,8 +28,6 @@ class SharedContainer {
     std::unique_lock lock(mutex_);
     value_ = std::move(value);
   }
-  // Asks the cache for the value's handle (a call's pass over many variables).
-  void prefetch_value() const { TensorHandles::prefetch_handle(value_); }
 
   // Exclusive access for the whole of a call that may overwrite the buffer in place: nobody can
   // load the value meanwhile, so nobody can read it while it changes. Calls take their holds in

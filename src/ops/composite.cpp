@@ -54,7 +54,11 @@ enum class Feed { direct, splat, gather };
 struct InputPlan {
   Feed feed;
   const std::byte* base;
-  const int64_t* strides;  // broadcast strides (0 on stretched axes), for gather
+  // For gather: the result's shape as this input is read, axes of size 1 dropped and neighbours
+  // that step as one merged, and its strides there (0 on stretched axes).
+  const int64_t* dims;
+  const int64_t* strides;
+  int64_t nd;
 };
 
 // An operand of a fused instruction: a block of n values, or one value that stands for all of
@@ -177,27 +181,25 @@ void splat_element(std::byte* dst, const std::byte* src, int64_t n, size_t elem)
   if (elem == 8) fill(uint64_t{});
   else if (elem == 4) fill(uint32_t{});
   else if (elem == 2) fill(uint16_t{});
+  else if (elem == 1) std::memset(dst, static_cast<int>(*src), static_cast<size_t>(n));
   else
     for (int64_t k = 0; k < n; ++k) std::memcpy(dst + k * static_cast<int64_t>(elem), src, elem);
 }
 
-// Copies block [start, start+n) of a broadcast input (row-major order of `shape`) into dst, a run
-// along the last axis at a time: a row spread over a batch (a bias) copies whole runs, a value
-// stretched along the last axis (a per-channel bias of an image) fills them.
-void gather(const InputPlan& in, std::span<const int64_t> shape, int64_t start, int64_t n, size_t elem, std::byte* dst) {
-  const int64_t nd = static_cast<int64_t>(shape.size());
-  if (nd == 0) {
-    std::memcpy(dst, in.base, elem * static_cast<size_t>(n));
-    return;
-  }
+// Copies block [start, start+n) of a broadcast input (row-major order of the result) into dst, a
+// run along the last of its plan's axes at a time: a row spread over a batch (a bias) copies whole
+// runs, a value stretched along the last axis (a per-channel bias of an image) fills them.
+void gather(const InputPlan& in, int64_t start, int64_t n, size_t elem, std::byte* dst) {
+  const int64_t nd = in.nd;
+  if (nd == 0) return splat_element(dst, in.base, n, elem);
   Dims index(nd, 0);
   int64_t rest = start, offset = 0;
   for (int64_t d = nd - 1; d >= 0; --d) {
-    index[d] = rest % shape[d];
-    rest /= shape[d];
+    index[d] = rest % in.dims[d];
+    rest /= in.dims[d];
     offset += index[d] * in.strides[d];
   }
-  const int64_t last = nd - 1, inner = shape[last], step = in.strides[last], es = static_cast<int64_t>(elem);
+  const int64_t last = nd - 1, inner = in.dims[last], step = in.strides[last], es = static_cast<int64_t>(elem);
   for (int64_t i = 0; i < n;) {
     const int64_t run = std::min(inner - index[last], n - i);
     std::byte* out = dst + i * es;
@@ -213,8 +215,8 @@ void gather(const InputPlan& in, std::span<const int64_t> shape, int64_t start, 
     index[last] = 0;
     for (int64_t d = last - 1; d >= 0; --d) {
       offset += in.strides[d];
-      if (++index[d] < shape[d]) break;
-      offset -= in.strides[d] * shape[d];
+      if (++index[d] < in.dims[d]) break;
+      offset -= in.strides[d] * in.dims[d];
       index[d] = 0;
     }
   }
@@ -555,15 +557,31 @@ void CompositeKernel::run(InputValues in, OutputValues out, std::span<std::byte>
   SmallVector<InputPlan, 16> plans;
   // Room for 24 inputs of 4 dimensions without a heap allocation (a convolution's training step
   // fuses a dozen 4-D operands).
-  SmallVector<int64_t, 96> gather_strides(static_cast<size_t>(n_inputs * nd), 0);
+  SmallVector<int64_t, 96> gather_strides(static_cast<size_t>(n_inputs * nd), 0), gather_dims(static_cast<size_t>(n_inputs * nd), 0);
   for (int i = 0; i < n_inputs; ++i) {
     const Tensor& t = in[i];
-    const bool direct = std::ranges::equal(t.shape(), shape) && t.is_contiguous();
+    const bool direct = same_dims(t.shape(), shape) && t.is_contiguous();
     const Feed feed = direct ? Feed::direct : t.numel() == 1 ? Feed::splat : Feed::gather;
     int64_t* strides = gather_strides.data() + i * nd;
-    if (feed == Feed::gather)
+    int64_t* dims = gather_dims.data() + i * nd;
+    int64_t kept = 0;
+    if (feed == Feed::gather) {
       for (int64_t d = 0; d < t.ndim(); ++d) strides[d + nd - t.ndim()] = t.shape()[d] == 1 ? 0 : t.strides()[d];
-    plans.push_back({feed, t.raw_data(), strides});
+      // Runs as long as the layout allows ([N,120,1,1] read with a [1,120,1,1] bias: runs of 120).
+      for (int64_t d = 0; d < nd; ++d) {
+        if (shape[d] == 1) continue;
+        const int64_t stride = strides[d];
+        if (kept > 0 && strides[kept - 1] == stride * shape[d]) {
+          dims[kept - 1] *= shape[d];
+          strides[kept - 1] = stride;
+        } else {
+          dims[kept] = shape[d];
+          strides[kept] = stride;
+          ++kept;
+        }
+      }
+    }
+    plans.push_back({feed, t.raw_data(), dims, strides, kept});
   }
   const std::vector<int>& extra_outputs = composite.extra_outputs();
   const bool reducing = reduction.has_value();
@@ -626,7 +644,7 @@ void CompositeKernel::run(InputValues in, OutputValues out, std::span<std::byte>
         if (plans[i].feed == Feed::direct) {
           reg[i] = plans[i].base + start * static_cast<int64_t>(es);
         } else {
-          if (plans[i].feed == Feed::gather) gather(plans[i], shape, start, n, es, block_ptr(static_cast<size_t>(i)));
+          if (plans[i].feed == Feed::gather) gather(plans[i], start, n, es, block_ptr(static_cast<size_t>(i)));
           reg[i] = block_ptr(static_cast<size_t>(i));
         }
       }
