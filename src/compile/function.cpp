@@ -23,13 +23,14 @@
 #include "tensor/convert.hpp"
 #include "tensor/handles.hpp"
 #include "tensor/parallel.hpp"
+#include "tensor/same_dims.hpp"
 #include "tensor/tensor_book.hpp"
 
 namespace kiln {
 
 namespace {
 int debug_level();  // KILN_DEBUG
-// How many shared variables ahead a call asks the cache for a container.
+// How many shared variables ahead a call asks the cache for a container or a value's shape.
 constexpr size_t kSharedAhead = 8;
 }  // namespace
 
@@ -163,8 +164,13 @@ struct FunctionImpl {
       if (last_plan && last_lent == lent) {
         const std::vector<Shape>& signature = last_plan->signature;
         bool same = true;
-        for (size_t i = 0; same && i < program().input_slots.size(); ++i) same = signature[i] == slots[program().input_slots[i]].shape();
-        for (size_t i = 0; same && i < shared.size(); ++i) same = signature[program().input_slots.size() + i] == shared[i].shape();
+        const size_t n_in = program().input_slots.size();
+        for (size_t i = 0; same && i < n_in; ++i) same = same_dims(signature[i], slots[program().input_slots[i]].shape());
+        for (size_t i = 0; same && i < shared.size(); ++i) {
+          // Thousands of variables, each shape behind its handle: asked for a few ahead.
+          if (i + kSharedAhead < shared.size()) TensorHandles::prefetch_geometry(shared[i + kSharedAhead]);
+          same = same_dims(signature[n_in + i], shared[i].shape());
+        }
         if (same) return last_plan;
       }
     }
