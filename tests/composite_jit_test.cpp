@@ -3,6 +3,7 @@
 // (where the CPU has them) against the same function compiled for baseline x86-64, where only the
 // interpreter runs (both run under the same set), bit for bit (any NaN for a NaN), over special values, every input layout and
 // lengths that leave a tail.
+#include <array>
 #include <bit>
 #include <cstring>
 #include <functional>
@@ -12,6 +13,7 @@
 #include "ops/composite.hpp"
 #include "ops/composite_jit.hpp"
 #include "tensor/isa.hpp"
+#include "tensor/small_vector.hpp"
 #include "test_util.hpp"
 
 using namespace kiln;
@@ -108,7 +110,8 @@ bool compiles(ScalarOp op, int n_args, DType dtype, Isa isa) {
   std::iota(args.begin(), args.end(), 0);
   const std::vector<ScalarInstruction> program{{op, dtype, args}};
   const std::vector<DType> dtypes(static_cast<size_t>(n_args), dtype);
-  return CompiledProgram::compile(program, dtypes, std::vector<bool>(static_cast<size_t>(n_args), false), isa) != nullptr;
+  const SmallVector<bool, 8> scalar(static_cast<size_t>(n_args), false);
+  return CompiledProgram::compile(program, dtypes, scalar, isa) != nullptr;
 }
 
 struct Case {
@@ -227,7 +230,8 @@ TEST(CompositeJit, ProgramsWithSeveralOutputsMatchTheInterpreterBitForBit) {
   for (Isa isa : compiled_isas()) {
     const std::vector<ScalarInstruction> program{{ScalarOp::mul, DType::f32, {0, 1}}, {ScalarOp::add, DType::f32, {2, 0}}};
     const std::vector<DType> dtypes{DType::f32, DType::f32};
-    EXPECT_NE(CompiledProgram::compile(program, dtypes, {false, false}, isa, std::vector<int>{2}), nullptr) << isa_name(isa);
+    const std::array<bool, 2> scalar{false, false};
+    EXPECT_NE(CompiledProgram::compile(program, dtypes, scalar, isa, std::vector<int>{2}), nullptr) << isa_name(isa);
   }
   for (DType dtype : {DType::f32, DType::f64}) {
     const std::string d = dtype_name(dtype);

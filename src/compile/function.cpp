@@ -655,14 +655,13 @@ class ContextUse {
     std::vector<Tensor>& slots = context_.slots;
     RunBuffers& run = context_.run;
     run.parked.resize(slots.size());
-    // Values the plan holds (constants, values computed once) stay for the next call, and, with a
-    // kept arena, the values in it: the run listed the others. A call that failed before its run
-    // tests each slot instead (a destructor allocates nothing).
+    // What the plan keeps stays for the next call: the run listed the other slots. A call that
+    // failed before its run tests each slot instead (a destructor allocates nothing).
     if (plan_ && run.kept_set_for(*plan_, slots.size(), keeps_arena_, false)) {
       for (int s : run.not_kept) run.release(slots[static_cast<size_t>(s)], static_cast<size_t>(s));
     } else {
       for (size_t s = 0; s < slots.size(); ++s)
-        if (!(plan_ && (plan_->value[s].defined() || (keeps_arena_ && plan_->in_arena[s])))) run.release(slots[s], s);
+        if (!(plan_ && plan_->keeps_slot(s, keeps_arena_))) run.release(slots[s], s);
     }
     for (auto& hold : context_.holds) hold.reset();
     for (auto& read : context_.reads) read.reset();

@@ -40,6 +40,9 @@ struct MemoryPlan {
   // Per slot: a value computed into the arena (or a view of one). Where the arena is kept between
   // calls, such a slot keeps its tensor too, and the next call finds the view already made.
   std::vector<uint8_t> in_arena;
+  // Whether slot s keeps its tensor after a run: a value the plan holds (a constant, a value
+  // computed once), or, where the arena is kept, a value in it.
+  bool keeps_slot(size_t s, bool arena_kept) const { return value[s].defined() || (arena_kept && in_arena[s]); }
   // Per instruction: every output is a view of a value in the arena, so that in a kept arena the
   // view made by the last run still stands (RunOptions::warm).
   std::vector<uint8_t> views_arena;

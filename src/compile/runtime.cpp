@@ -737,8 +737,7 @@ std::string program_text(const Program& p) {
   return text;
 }
 
-// Values the plan holds (constants, values computed once) are never released, nor, in a kept
-// arena, the values in it, nor kept inputs.
+// What the plan keeps (MemoryPlan::keeps_slot) is never released, nor kept inputs.
 void RunBuffers::keep_for(const MemoryPlan& plan, std::span<const int> input_slots, size_t n_slots, bool keeps_arena_slots,
                           bool keeps_inputs) {
   if (keeps_inputs && kept_input.size() != n_slots) {
@@ -749,7 +748,7 @@ void RunBuffers::keep_for(const MemoryPlan& plan, std::span<const int> input_slo
   kept.assign(n_slots, 0);
   not_kept.clear();
   for (size_t s = 0; s < n_slots; ++s) {
-    kept[s] = plan.value[s].defined() || (keeps_arena_slots && plan.in_arena[s]) || (keeps_inputs && kept_input[s]);
+    kept[s] = plan.keeps_slot(s, keeps_arena_slots) || (keeps_inputs && kept_input[s]);
     if (!kept[s]) not_kept.push_back(static_cast<int>(s));
   }
   kept_for = plan.id;

@@ -372,8 +372,7 @@ class CompositeKernel final : public KernelOf<Composite> {
     std::vector<DType> input_dtypes(reg_dtype_.begin(), reg_dtype_.begin() + static_cast<int64_t>(node.inputs.size()));
     for (const Var& in : node.inputs)
       scalar_input_.push_back(std::ranges::all_of(in.type().broadcastable, [](bool b) { return b; }));
-    compiled_ = CompiledProgram::compile(this->op().program(), input_dtypes, std::vector<bool>(scalar_input_.begin(), scalar_input_.end()),
-                                         active_isa(), this->op().extra_outputs());
+    compiled_ = CompiledProgram::compile(this->op().program(), input_dtypes, scalar_input_, active_isa(), this->op().extra_outputs());
     in_place_ready_ = compiled_ && !this->op().reduction();
     for (const ScalarInstruction& ins : this->op().program()) {
       std::vector<DType> arg_dtypes;

@@ -32,11 +32,11 @@ constexpr uint8_t kLess = 0x11, kGreater = 0x1E, kUnordered = 0x03, kNotGreater 
 class ProgramEmitter : public Xbyak::CodeGenerator {
  public:
   ProgramEmitter(const std::vector<ScalarInstruction>& program, std::span<const DType> input_dtypes,
-                 const std::vector<bool>& scalar_input, std::span<const int> extra_outputs, Isa isa, int unroll)
+                 std::span<const bool> scalar_input, std::span<const int> extra_outputs, Isa isa, int unroll)
       : Xbyak::CodeGenerator(4096, Xbyak::AutoGrow),
         program_(program),
         n_inputs_(static_cast<int>(input_dtypes.size())),
-        scalar_input_(scalar_input),
+        scalar_input_(scalar_input.begin(), scalar_input.end()),
         isa_(isa),
         unroll_(unroll) {
     output_regs_.push_back(n_inputs_ + static_cast<int>(program.size()) - 1);
@@ -470,7 +470,7 @@ class JitProgram final : public CompiledProgram {
 namespace {
 
 std::shared_ptr<const CompiledProgram> generate(const std::vector<ScalarInstruction>& program,
-                                                std::span<const DType> input_dtypes, const std::vector<bool>& scalar_input,
+                                                std::span<const DType> input_dtypes, std::span<const bool> scalar_input,
                                                 std::span<const int> extra_outputs, Isa isa) {
   // The widest unroll whose registers fit: four independent copies hide the latency of a chain.
   for (int unroll : {4, 2, 1}) {
@@ -491,7 +491,7 @@ std::shared_ptr<const CompiledProgram> generate(const std::vector<ScalarInstruct
 // What decides the machine code: the program, the inputs' dtypes and which are single values, the
 // outputs, the instruction set.
 std::vector<int64_t> program_key(const std::vector<ScalarInstruction>& program, std::span<const DType> input_dtypes,
-                                 const std::vector<bool>& scalar_input, std::span<const int> extra_outputs, Isa isa) {
+                                 std::span<const bool> scalar_input, std::span<const int> extra_outputs, Isa isa) {
   std::vector<int64_t> key{static_cast<int64_t>(isa), static_cast<int64_t>(input_dtypes.size()),
                            static_cast<int64_t>(extra_outputs.size())};
   key.insert(key.end(), extra_outputs.begin(), extra_outputs.end());
@@ -544,7 +544,7 @@ void run_in_place(const CompiledProgram& code, InputValues inputs, std::span<con
 
 std::shared_ptr<const CompiledProgram> CompiledProgram::compile(const std::vector<ScalarInstruction>& program,
                                                                 std::span<const DType> input_dtypes,
-                                                                const std::vector<bool>& scalar_input, Isa isa,
+                                                                std::span<const bool> scalar_input, Isa isa,
                                                                 std::span<const int> extra_outputs) {
   if (isa == Isa::baseline || program.empty()) return nullptr;
   static std::mutex mutex;

@@ -31,7 +31,7 @@ class CompiledProgram {
   // shared (a deep network repeats its fused programs layer after layer).
   static std::shared_ptr<const CompiledProgram> compile(const std::vector<ScalarInstruction>& program,
                                                         std::span<const DType> input_dtypes,
-                                                        const std::vector<bool>& scalar_input, Isa isa,
+                                                        std::span<const bool> scalar_input, Isa isa,
                                                         std::span<const int> extra_outputs = {});
   virtual ~CompiledProgram() = default;
 

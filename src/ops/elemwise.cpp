@@ -312,7 +312,7 @@ class ElemwiseKernel final : public KernelOf<Elemwise> {
       single_.push_back(std::ranges::all_of(in.type().broadcastable, [](bool b) { return b; }));
     }
     const std::vector<ScalarInstruction> program{{this->op().scalar_op(), node.outputs[0]->type.dtype, args}};
-    compiled_ = CompiledProgram::compile(program, dtypes, std::vector<bool>(single_.begin(), single_.end()), active_isa());
+    compiled_ = CompiledProgram::compile(program, dtypes, single_, active_isa());
   }
 
   void run(InputValues in, OutputValues out, std::span<std::byte>) const override {
